@@ -1,0 +1,142 @@
+"""Every error Fusee raises, in one place.
+
+Each message says what happened and what to do about it. This module imports
+nothing else of Fusee, so every layer (the core included) may use it.
+"""
+
+from __future__ import annotations
+
+
+class FuseeError(Exception):
+    """Base of every error Fusee raises."""
+
+
+# --- core ---------------------------------------------------------------
+
+
+class CorruptRecord(FuseeError):
+    """Bytes that should hold a journal record do not decode as one."""
+
+
+class DeterminismError(FuseeError):
+    """Workflow code did something its journal says it did not do the first time.
+
+    ``seq`` is the journal position where code and journal disagree (None when
+    the disagreement has no position). Fix the code (or guard the change with
+    ``ctx.patched``) and reopen: the run replays again.
+    """
+
+    def __init__(self, message: str, seq: int | None = None) -> None:
+        self.seq = seq
+        self.detail = message
+        where = f"at journal position {seq}" if seq is not None else ""
+        super().__init__(f"determinism error {where}: {message}".replace("  ", " "))
+
+
+# --- storage -------------------------------------------------------------
+
+
+class StorageError(FuseeError):
+    """The engine's directory cannot be used as asked."""
+
+
+class LogCorrupted(StorageError):
+    """Damage before the tail of the log: acknowledged data may be affected.
+
+    The engine refuses to open instead of dropping data silently. Inspect the
+    named file; to accept the loss, reopen with ``truncate_corrupt=True``,
+    which truncates the log at the damage.
+    """
+
+    def __init__(self, path: str, offset: int, reason: str) -> None:
+        self.path = path
+        self.offset = offset
+        super().__init__(
+            f"log file {path} is damaged at byte {offset} ({reason}) and valid batches follow: "
+            "refusing to open so that no acknowledged record is dropped silently. "
+            "Reopen with truncate_corrupt=True to truncate the log at the damage."
+        )
+
+
+class LogFailed(StorageError):
+    """The log hit an I/O failure (a failed fdatasync, a write error): it takes nothing more.
+
+    Nothing that was not acknowledged before the failure is durable. Close the
+    engine and reopen the directory; recovery reads what the disk really holds.
+    """
+
+
+class DiskFull(LogFailed):
+    """The disk is full (ENOSPC). Nothing acknowledged is lost; free space and reopen."""
+
+
+class DirectoryLocked(StorageError):
+    """Another process holds the engine directory."""
+
+    def __init__(self, path: str, pid: int | None) -> None:
+        self.path = path
+        self.pid = pid
+        holder = f"process {pid}" if pid else "another process"
+        super().__init__(
+            f"{path} is in use by {holder}: one engine directory belongs to one process. "
+            "Stop that process or open another directory."
+        )
+
+
+class ShardCountMismatch(StorageError):
+    """The directory was created with another shard count."""
+
+
+# --- engine and client API --------------------------------------------
+
+
+class NotFound(FuseeError):
+    """No workflow run with that ID exists."""
+
+
+class AlreadyExists(FuseeError):
+    """A workflow run with that ID exists already."""
+
+
+class UnknownWorkflow(FuseeError):
+    """No workflow of that name is registered with the engine."""
+
+
+class WorkflowFailed(FuseeError):
+    """A workflow run ended without a result (failed, timed out, terminated...).
+
+    ``status`` says how it ended and ``cause`` carries the recorded error.
+    """
+
+    def __init__(self, message: str, *, status: str = "failed", cause: object = None) -> None:
+        self.status = status
+        self.cause = cause
+        super().__init__(message)
+
+
+class StepFailed(FuseeError):
+    """A step's function raised and its retries ran out (or the error is not retryable)."""
+
+    def __init__(self, message: str, *, step: str = "", error_type: str = "") -> None:
+        self.step = step
+        self.error_type = error_type
+        super().__init__(message)
+
+
+class Cancelled(FuseeError):
+    """The run was cancelled: raised at the operations the workflow awaits.
+
+    Workflow code may catch it and run compensation steps.
+    """
+
+
+class Busy(FuseeError):
+    """The engine is overloaded and refused the request; retry later."""
+
+
+class EngineClosed(FuseeError):
+    """The engine is closed (or its log failed): open it again to continue."""
+
+
+class UpdateRejected(FuseeError):
+    """An update's validator refused it; nothing was recorded."""
