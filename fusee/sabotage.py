@@ -1,0 +1,41 @@
+"""Deliberate engine bugs, off by default, switched on only by tests.
+
+Each switch breaks one promise the engine makes (durability, gating, recovery).
+The simulator's sabotage test turns one on at a time and requires some seed in
+a bounded range to catch it: proof that the checkers can fail.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections.abc import Iterator
+
+
+@dataclasses.dataclass
+class Sabotage:
+    # storage
+    accept_torn_batch: bool = False
+    skip_dir_fsync: bool = False
+    retry_failed_fsync: bool = False
+    # engine
+    ack_before_durable: bool = False
+    step_before_gate: bool = False
+    query_from_nondurable: bool = False
+    drop_outbox_message: bool = False
+
+
+#: The switches in force. Engine code reads them; only tests write them.
+active = Sabotage()
+
+
+@contextlib.contextmanager
+def sabotaged(**switches: bool) -> Iterator[Sabotage]:
+    """Turns the named switches on for the ``with`` block (tests only)."""
+    global active
+    saved = active
+    active = dataclasses.replace(saved, **switches)
+    try:
+        yield active
+    finally:
+        active = saved
