@@ -1,5 +1,21 @@
-"""Fusee: durable execution for asyncio programs, at the speed of the disk."""
+"""Fusee: durable execution for asyncio programs, at the speed of the disk.
 
+Declare workflows with :func:`workflow`, open an :class:`Engine` on a directory,
+and start them; every operation a workflow starts through its :class:`Ctx` is
+journaled, so after a crash the run replays and continues where it was.
+"""
+
+from fusee.definitions import (
+    QueryDef,
+    SignalDef,
+    UpdateDef,
+    WorkflowDef,
+    query,
+    signal,
+    update,
+    workflow,
+)
+from fusee.engine.engine import Engine, RunHandle, RunSummary
 from fusee.errors import (
     AlreadyExists,
     Busy,
@@ -9,21 +25,48 @@ from fusee.errors import (
     EngineClosed,
     FuseeError,
     NotFound,
+    QueryFailed,
     StepFailed,
     UnknownWorkflow,
+    UpdateFailed,
+    WorkflowCancelled,
     WorkflowFailed,
+    WorkflowTerminated,
 )
+from fusee.retry import Retry
+from fusee.runtime.context import ChildHandle, Ctx, StepInfo
+
+__version__ = "0.1.0"
 
 __all__ = [
     "AlreadyExists",
     "Busy",
     "Cancelled",
+    "ChildHandle",
     "CorruptRecord",
+    "Ctx",
     "DeterminismError",
+    "Engine",
     "EngineClosed",
     "FuseeError",
     "NotFound",
+    "QueryDef",
+    "QueryFailed",
+    "Retry",
+    "RunHandle",
+    "RunSummary",
+    "SignalDef",
     "StepFailed",
+    "StepInfo",
     "UnknownWorkflow",
+    "UpdateDef",
+    "UpdateFailed",
+    "WorkflowCancelled",
+    "WorkflowDef",
     "WorkflowFailed",
+    "WorkflowTerminated",
+    "query",
+    "signal",
+    "update",
+    "workflow",
 ]

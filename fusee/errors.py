@@ -33,6 +33,12 @@ class DeterminismError(FuseeError):
         super().__init__(f"determinism error {where}: {message}".replace("  ", " "))
 
 
+class StreamError(FuseeError, ValueError):
+    """A stream was used against its rules: written by someone other than its
+    owner, appended to after it closed, or written from a step that no longer
+    runs. The message names the stream and the rule; fix the calling code."""
+
+
 # --- storage -------------------------------------------------------------
 
 
@@ -140,3 +146,80 @@ class EngineClosed(FuseeError):
 
 class UpdateRejected(FuseeError):
     """An update's validator refused it; nothing was recorded."""
+
+
+class UpdateFailed(FuseeError):
+    """An update could not run (no handler, the run ended first) or its handler raised."""
+
+
+class QueryFailed(FuseeError):
+    """A query could not be answered (no handler registered, or the handler raised)."""
+
+
+class WorkflowCancelled(WorkflowFailed, Cancelled):
+    """The run ended cancelled. Caught by both ``except WorkflowFailed`` and ``except Cancelled``."""
+
+
+class WorkflowTerminated(WorkflowFailed):
+    """The run was terminated from outside; its code did not finish."""
+
+
+class WorkflowTimedOut(WorkflowFailed):
+    """The run (or child) exceeded its deadline."""
+
+
+class NondeterministicCall(FuseeError):
+    """Workflow code called something that is not durable or not deterministic.
+
+    Workflow code runs on a per-run loop that has no clock, no timers and no
+    I/O: on replay it must take the same path, so it may only await ``ctx``
+    operations and asyncio primitives (tasks, gather, wait, Event, Queue...).
+    """
+
+    def __init__(self, call: str, hint: str = "") -> None:
+        self.call = call
+        advice = hint or (
+            "use await ctx.sleep(...) for delays, the timeout= of ctx operations for "
+            "timeouts, and ctx.step(...) for I/O and anything with effects"
+        )
+        super().__init__(
+            f"{call} is not allowed inside workflow code: it is not durable and would not "
+            f"replay the same way; {advice}"
+        )
+
+
+class SerializationError(FuseeError, TypeError):
+    """A value cannot be converted to bytes, or bytes do not convert to the annotated type.
+
+    Inputs, results and payloads may be JSON types, dataclasses, TypedDicts,
+    msgspec Structs, enums, datetimes, UUIDs and pydantic models.
+    """
+
+
+class InvalidDuration(FuseeError, ValueError):
+    """A duration is not one of the accepted forms.
+
+    Accepted: seconds as an int or float (not a bool), a ``timedelta``, or a
+    string of one or more ``<number><unit>`` parts with units ms, s, m, h, d
+    from largest to smallest ("250ms", "5s", "1.5m", "1h30m"); never negative.
+    """
+
+
+class RecordedError(FuseeError):
+    """An error as the journal recorded it: its type, module, message and traceback text.
+
+    Recorded errors are data, not pickles: the original exception object is
+    gone (it may have been raised in an earlier process), so this stands in as
+    the ``__cause__`` of the ``StepFailed`` or ``WorkflowFailed`` that reports it.
+    """
+
+    def __init__(self, type_name: str, module: str, message: str, traceback: str | None) -> None:
+        self.type_name = type_name
+        self.module = module
+        self.message = message
+        self.traceback = traceback
+        qual = type_name if module in ("builtins", "") else f"{module}.{type_name}"
+        text = f"{qual}: {message}" if message else qual
+        if traceback:
+            text += "\n\nRecorded traceback:\n" + traceback.rstrip()
+        super().__init__(text)

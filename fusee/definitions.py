@@ -1,0 +1,109 @@
+"""Workflow, signal, query and update definitions: plain values users declare once."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import typing
+from collections.abc import Awaitable, Callable
+from typing import Any, Generic, TypeVar
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+@dataclasses.dataclass(frozen=True)
+class SignalDef(Generic[T]):
+    """A named signal carrying values of ``type``; declare with :func:`signal`."""
+
+    name: str
+    type: Any = Any
+
+
+@dataclasses.dataclass(frozen=True)
+class QueryDef:
+    """A named query; declare with :func:`query`."""
+
+    name: str
+
+
+@dataclasses.dataclass(frozen=True)
+class UpdateDef(Generic[T]):
+    """A named update taking an argument of ``arg_type``; declare with :func:`update`."""
+
+    name: str
+    arg_type: Any = Any
+
+
+def _check_name(kind: str, name: object) -> str:
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"a {kind} name must be a non-empty string, got {name!r}")
+    return name
+
+
+def signal(name: str, type: Any = Any) -> SignalDef[Any]:
+    """Declares a signal: ``approve = fusee.signal("approve", int)``."""
+    return SignalDef(_check_name("signal", name), type)
+
+
+def query(name: str) -> QueryDef:
+    """Declares a query: ``status = fusee.query("status")``."""
+    return QueryDef(_check_name("query", name))
+
+
+def update(name: str, arg_type: Any = Any) -> UpdateDef[Any]:
+    """Declares an update: ``add = fusee.update("add", int)``."""
+    return UpdateDef(_check_name("update", name), arg_type)
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkflowDef(Generic[T, R]):
+    """A registered workflow: its name, version, code and the types of its input and result.
+
+    Calling it directly is an error; start it through an engine.
+    """
+
+    name: str
+    fn: Callable[..., Awaitable[Any]]
+    version: int
+    input_type: Any
+    result_type: Any
+    takes_input: bool
+
+    def __call__(self, *args: object, **kwargs: object) -> typing.NoReturn:
+        raise TypeError(
+            f"workflow '{self.name}' is not called directly: use "
+            f"await engine.start({self.fn.__name__}, workflow_id, input) or engine.execute(...)"
+        )
+
+
+def workflow(name: str | None = None, *, version: int = 1) -> Callable[[Callable[..., Awaitable[Any]]], WorkflowDef[Any, Any]]:
+    """Declares an ``async def`` as a durable workflow.
+
+    The function takes a :class:`fusee.Ctx` and at most one input; its
+    annotations type the input and the result (JSON types, dataclasses,
+    TypedDicts, msgspec Structs, pydantic models).
+    """
+    if callable(name) and not isinstance(name, str):
+        raise TypeError("use @fusee.workflow(\"name\") with a name, not bare @fusee.workflow")
+
+    def wrap(fn: Callable[..., Awaitable[Any]]) -> WorkflowDef[Any, Any]:
+        if not inspect.iscoroutinefunction(fn):
+            raise TypeError(f"workflow {fn.__name__!r} must be an 'async def' function")
+        wname = _check_name("workflow", name if name is not None else fn.__name__)
+        if not isinstance(version, int) or version < 1:
+            raise TypeError(f"workflow version must be a positive int, got {version!r}")
+        params = list(inspect.signature(fn).parameters.values())
+        if not params or len(params) > 2:
+            raise TypeError(
+                f"workflow {wname!r} must take (ctx) or (ctx, input), got {len(params)} parameters"
+            )
+        try:
+            hints = typing.get_type_hints(fn)
+        except Exception:
+            hints = {}
+        input_type = hints.get(params[1].name, Any) if len(params) == 2 else type(None)
+        result_type = hints.get("return", Any)
+        return WorkflowDef(wname, fn, version, input_type, result_type, len(params) == 2)
+
+    return wrap

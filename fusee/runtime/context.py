@@ -1,0 +1,241 @@
+"""``Ctx``: what workflow code uses instead of clocks, randomness and I/O.
+
+Every method journals what it does. Methods that start an operation take the
+operation's journal position when they are *called* (not when they are
+awaited), so concurrent branches get the same positions on every replay.
+"""
+
+from __future__ import annotations
+
+import datetime
+import inspect
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from fusee.definitions import QueryDef, SignalDef, UpdateDef, WorkflowDef
+from fusee.errors import FuseeError
+
+if TYPE_CHECKING:
+    from fusee.retry import Retry
+    from fusee.runtime.run import Run
+
+T = TypeVar("T")
+
+Duration = float | int | datetime.timedelta | str
+
+
+class ContinueAsNew(BaseException):
+    """Raised by :meth:`Ctx.continue_as_new` to end the run and hand over to a new one.
+
+    It derives from BaseException so that ``except Exception`` in workflow
+    code does not swallow it.
+    """
+
+    def __init__(self, payload: bytes) -> None:
+        super().__init__("continue as new")
+        self.payload = payload
+
+
+class OutsideWorkflow(FuseeError, RuntimeError):
+    """A ``ctx`` method was called from outside its workflow's code."""
+
+
+class StepInfo:
+    """What a step function may take as its only argument.
+
+    ``key`` is an idempotency key, stable across retries and crashes and
+    distinct across runs (pass it to the service you call). ``attempt`` counts
+    from 1 (from the last resume, for a paused and resumed step).
+    """
+
+    __slots__ = ("_heartbeat", "attempt", "key", "name", "progress", "run_id", "workflow_id")
+
+    def __init__(
+        self,
+        name: str,
+        key: str,
+        attempt: int,
+        workflow_id: str,
+        run_id: int,
+        progress: Any,
+        heartbeat: Callable[[Any], None],
+    ) -> None:
+        self.name = name
+        self.key = key
+        self.attempt = attempt
+        self.workflow_id = workflow_id
+        self.run_id = run_id
+        #: The latest progress an earlier attempt reported with heartbeat(), or None.
+        self.progress = progress
+        self._heartbeat = heartbeat
+
+    def heartbeat(self, progress: Any = None) -> None:
+        """Records progress; a later attempt of this step sees it as ``info.progress``."""
+        self._heartbeat(progress)
+
+    def __repr__(self) -> str:
+        return f"StepInfo(name={self.name!r}, key={self.key!r}, attempt={self.attempt})"
+
+
+class ChildHandle:
+    """A child workflow started with :meth:`Ctx.start_child` (the parent does not wait for it)."""
+
+    __slots__ = ("workflow_id",)
+
+    def __init__(self, workflow_id: str) -> None:
+        self.workflow_id = workflow_id
+
+    def __repr__(self) -> str:
+        return f"ChildHandle({self.workflow_id!r})"
+
+
+def takes_argument(fn: Callable[..., Any]) -> bool:
+    """Whether ``fn`` accepts one positional argument (a step info, a query arg)."""
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return False
+    for p in sig.parameters.values():
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.VAR_POSITIONAL):
+            return True
+    return False
+
+
+class Ctx:
+    """The durable API of one workflow run; the first argument of every workflow."""
+
+    __slots__ = ("_run",)
+
+    def __init__(self, run: Run) -> None:
+        self._run = run
+
+    # --- identity -----------------------------------------------------
+
+    @property
+    def workflow_id(self) -> str:
+        """The workflow's ID (shared by the runs of a continue-as-new chain)."""
+        return self._run.workflow_id
+
+    @property
+    def run_id(self) -> int:
+        """This run's ID: distinct for every run, including continued ones."""
+        return self._run.run_id
+
+    @property
+    def is_replaying(self) -> bool:
+        """True while the code re-executes operations its journal already holds."""
+        return self._run.machine.is_replaying()
+
+    # --- operations -----------------------------------------------------
+
+    def step(
+        self,
+        name: str,
+        fn: Callable[..., Any],
+        *,
+        retry: Retry | None = None,
+        timeout: Duration | None = None,
+        read_only: bool = False,
+        result_type: Any = None,
+    ) -> Awaitable[Any]:
+        """Runs ``fn`` at most once to success and journals its result.
+
+        ``fn`` is sync or async and takes no argument or a :class:`StepInfo`.
+        It runs only once everything this run journaled before it is durable
+        (``read_only=True`` lets it run ahead of the disk: use it for reads
+        without effects). On replay the recorded result is returned and
+        ``fn`` is not called. Failures are retried per ``retry``; when they
+        run out, awaiting raises :class:`fusee.StepFailed` (or the step
+        pauses until resumed, with ``Retry(pause_when_exhausted=True)``).
+        """
+        return self._run.op_step(name, fn, retry, timeout, read_only, result_type)
+
+    def sleep(self, name: str, duration: Duration) -> Awaitable[None]:
+        """Sleeps durably: the timer survives crashes and restarts."""
+        return self._run.op_sleep(name, duration)
+
+    def wait_for(self, signal: SignalDef[T], *, timeout: Duration | None = None) -> Awaitable[T | None]:
+        """Waits for the next signal of this kind (in arrival order); None on timeout."""
+        return self._run.op_wait(signal, timeout)
+
+    def child(
+        self,
+        workflow: WorkflowDef[Any, T],
+        workflow_id: str,
+        input: Any = None,
+        *,
+        close_policy: str = "terminate",
+        timeout: Duration | None = None,
+    ) -> Awaitable[T]:
+        """Starts a child workflow and waits for its result.
+
+        ``close_policy`` says what happens to the child if this run ends
+        first: ``"terminate"``, ``"request_cancel"`` or ``"abandon"``.
+        """
+        return self._run.op_child(workflow, workflow_id, input, close_policy, timeout, detached=False)
+
+    def start_child(
+        self,
+        workflow: WorkflowDef[Any, Any],
+        workflow_id: str,
+        input: Any = None,
+        *,
+        close_policy: str = "abandon",
+    ) -> Awaitable[ChildHandle]:
+        """Starts a child workflow without waiting for its result."""
+        return self._run.op_child(workflow, workflow_id, input, close_policy, None, detached=True)
+
+    def signal_workflow(self, workflow_id: str, signal: SignalDef[T], value: T = None) -> Awaitable[None]:  # type: ignore[assignment]
+        """Sends a signal to another workflow, exactly once, once this run's journal is durable."""
+        return self._run.op_send(workflow_id, signal, value)
+
+    def now(self) -> datetime.datetime:
+        """The current time (UTC), recorded: replay returns the same value."""
+        return self._run.op_now()
+
+    def random(self) -> float:
+        """A random float in [0, 1), recorded: replay returns the same value."""
+        return self._run.op_random()
+
+    def uuid4(self) -> uuid.UUID:
+        """A random UUID, recorded: replay returns the same value."""
+        return self._run.op_uuid()
+
+    def patched(self, patch_id: str) -> bool:
+        """True for runs that reach this point with the new code; False for runs replaying old history.
+
+        Use it to change workflow code without breaking runs already under way.
+        """
+        return self._run.op_patched(patch_id)
+
+    def set_attributes(self, attributes: dict[str, Any]) -> None:
+        """Records search attributes for this run."""
+        self._run.op_attributes(attributes)
+
+    def continue_as_new(self, input: Any = None) -> Awaitable[None]:
+        """Ends this run and starts the next run of the same workflow ID with ``input``.
+
+        ``result()`` of the workflow follows the chain.
+        """
+        return self._run.op_continue_as_new(input)
+
+    # --- handlers -------------------------------------------------------
+
+    def on_query(self, query: QueryDef, handler: Callable[..., Any]) -> None:
+        """Answers ``query`` with ``handler`` (called with the query's argument, if it takes one).
+
+        The handler must only read the workflow's state.
+        """
+        self._run.set_query_handler(query, handler)
+
+    def on_update(
+        self,
+        update: UpdateDef[T],
+        handler: Callable[..., Any],
+        *,
+        validator: Callable[[T], Any] | None = None,
+    ) -> None:
+        """Handles ``update``: ``validator`` may reject it (by raising) before anything is recorded;
+        ``handler`` (sync or async, may run steps) produces the caller's result."""
+        self._run.set_update_handler(update, handler, validator)

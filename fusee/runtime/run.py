@@ -1,0 +1,743 @@
+"""One loaded workflow run: its code, its journal machine and its deliveries.
+
+A ``Run`` owns a per-run :class:`WorkflowLoop` on which the workflow's code
+runs as ordinary asyncio tasks. Operations the code starts go through the
+journal machine; results come back one delivery at a time (``pump``), the code
+running until quiescent in between, so replay sees the same interleaving.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import functools
+import inspect
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from fusee import codec
+from fusee.core import journal as jm
+from fusee.core import records as rec
+from fusee.definitions import QueryDef, SignalDef, UpdateDef, WorkflowDef
+from fusee.durations import to_ms
+from fusee.errors import (
+    Cancelled,
+    DeterminismError,
+    FuseeError,
+    NondeterministicCall,
+    SerializationError,
+    UpdateFailed,
+)
+from fusee.retry import Retry
+from fusee.runtime.context import ChildHandle, ContinueAsNew, Ctx, OutsideWorkflow
+from fusee.runtime.wfloop import WorkflowLoop
+
+if TYPE_CHECKING:
+    from fusee.runtime.runtime import Runtime
+
+#: Kinds of operations whose futures the run resolves.
+STEP, SLEEP, WAIT, CHILD, UPDATE = range(5)
+
+_CLOSE_POLICIES = {
+    "terminate": rec.ClosePolicy.TERMINATE,
+    "request_cancel": rec.ClosePolicy.REQUEST_CANCEL,
+    "abandon": rec.ClosePolicy.ABANDON,
+}
+
+
+class StepCall:
+    """A live step's function and options, kept while it may still run (or resume)."""
+
+    __slots__ = ("attempt", "fn", "gate", "name", "not_before", "read_only", "retry", "takes_info", "timeout_s")
+
+    def __init__(
+        self,
+        name: str,
+        fn: Callable[..., Any],
+        retry: Retry,
+        timeout_s: float | None,
+        read_only: bool,
+        attempt: int,
+        not_before: int,
+        gate: int,
+    ) -> None:
+        self.name = name
+        self.fn = fn
+        self.retry = retry
+        self.timeout_s = timeout_s
+        self.read_only = read_only
+        self.attempt = attempt
+        self.not_before = not_before
+        self.gate = gate
+        self.takes_info = _takes_info(fn)
+
+
+_info_cache: dict[Any, bool] = {}
+
+
+def _takes_info(fn: Callable[..., Any]) -> bool:
+    code = getattr(fn, "__code__", None)
+    key = code if code is not None else fn
+    try:
+        return _info_cache[key]
+    except (KeyError, TypeError):
+        pass
+    from fusee.runtime.context import takes_argument
+
+    v = takes_argument(fn)
+    try:
+        if len(_info_cache) < 4096:
+            _info_cache[key] = v
+    except TypeError:
+        pass
+    return v
+
+
+class Op:
+    """A pending operation's future and how to turn its outcome into a value."""
+
+    __slots__ = ("fut", "kind", "name", "type")
+
+    def __init__(self, fut: asyncio.Future[Any], kind: int, name: str, type: Any) -> None:
+        self.fut = fut
+        self.kind = kind
+        self.name = name
+        self.type = type
+
+
+class Run:
+    """A workflow run loaded in memory, with its code running or replaying."""
+
+    def __init__(
+        self,
+        rt: Runtime,
+        shard: int,
+        wdef: WorkflowDef[Any, Any],
+        machine: jm.RunMachine,
+        journal: list[rec.Record],
+        lsns: list[int],
+    ) -> None:
+        self.rt = rt
+        self.shard = shard
+        self.wdef = wdef
+        self.machine = machine
+        info = machine.info
+        self.workflow_id: str = info.id
+        self.run_id: int = info.run
+        self.journal = journal
+        self.lsns = lsns
+        self.loop = WorkflowLoop(f"{info.id}/{info.run}")
+        self.ctx = Ctx(self)
+        self.ops: dict[int, Op] = {}
+        self.task: asyncio.Task[Any] | None = None
+        self.finished = False
+        self.dead = False
+        self.stuck: FuseeError | None = None
+        self.pumping = False
+        # Signals as the journal holds them (ordinal = index), which ordinals
+        # a wait took, dedup keys seen, and live waits by signal name.
+        self.signals: list[tuple[str, bytes]] = []
+        self.consumed: set[int] = set()
+        self.dedup: set[int] = set()
+        self.waiting: dict[str, list[int]] = {}
+        self.wait_types: dict[int, Any] = {}
+        # Times and targets recorded by earlier lives, for operations armed then.
+        self.timer_at: dict[int, int] = {}
+        self.wait_deadline: dict[int, int] = {}
+        self.children: dict[int, rec.Child] = {}
+        self.steps: dict[int, StepCall] = {}
+        self.query_handlers: dict[str, Callable[..., Any]] = {}
+        self.update_handlers: dict[str, tuple[UpdateDef[Any], Callable[..., Any], Callable[..., Any] | None]] = {}
+        self.update_ids: dict[int, str] = {}
+        self.update_results: dict[str, tuple[rec.Status, bytes]] = {}
+        self.update_waiters: dict[int, asyncio.Future[Any]] = {}  # token -> caller
+        self.update_by_ordinal: dict[int, list[asyncio.Future[Any]]] = {}
+        self.update_inflight: dict[str, asyncio.Future[Any]] = {}
+        self.cancel_lsn = 0
+        self.cancel_requested = False
+        for r in journal:
+            self._index(r)
+
+    # --- journal bookkeeping --------------------------------------------
+
+    def _index(self, r: rec.Record) -> None:
+        """Remembers what a recorded record tells the host (not the machine)."""
+        t = type(r)
+        if t is rec.Signal:
+            assert isinstance(r, rec.Signal)
+            self.signals.append((r.name, r.payload))
+            if r.dedup:
+                self.dedup.add(r.dedup)
+        elif t is rec.Waited:
+            assert isinstance(r, rec.Waited)
+            if r.outcome == rec.WaitOutcome.SIGNAL:
+                self.consumed.add(r.ordinal)
+        elif t is rec.Timer:
+            assert isinstance(r, rec.Timer)
+            self.timer_at[r.seq] = r.fire_at_ms
+        elif t is rec.Wait:
+            assert isinstance(r, rec.Wait)
+            self.wait_deadline[r.seq] = r.deadline_ms
+        elif t is rec.Child:
+            assert isinstance(r, rec.Child)
+            self.children[r.seq] = r
+        elif t is rec.Update:
+            assert isinstance(r, rec.Update)
+            self.update_ids[len(self.update_ids)] = r.id
+        elif t is rec.UpdateDone:
+            assert isinstance(r, rec.UpdateDone)
+            uid = self.update_ids.get(r.ordinal)
+            if uid is not None:
+                self.update_results[uid] = (r.status, r.payload)
+        elif t is rec.Start:
+            assert isinstance(r, rec.Start)
+            if r.update is not None:
+                self.update_ids[0] = r.update.id
+
+    def append(self, r: rec.Record) -> int:
+        """Appends ``r`` to the log as this run's next record; returns its LSN."""
+        lsn = self.rt.append(self.shard, r)
+        self.journal.append(r)
+        self.lsns.append(lsn)
+        self.machine.gate = lsn
+        self._index(r)
+        return lsn
+
+    # --- driving the code -------------------------------------------------
+
+    def start(self) -> None:
+        """Starts (or replays) the workflow's code and delivers what is deliverable."""
+        self.task = self.loop.create_task(self._main())
+        self.pump()
+
+    async def _main(self) -> Any:
+        wdef = self.wdef
+        if wdef.takes_input:
+            value = codec.decode(self.machine.info.input, wdef.input_type)
+            return await wdef.fn(self.ctx, value)
+        return await wdef.fn(self.ctx)
+
+    def pump(self) -> None:
+        """Runs the code until quiescent, handing it deliveries one at a time."""
+        if self.pumping or self.dead or self.finished or self.stuck is not None:
+            return
+        self.pumping = True
+        try:
+            self._pump()
+        finally:
+            self.pumping = False
+
+    def _pump(self) -> None:
+        m = self.machine
+        loop = self.loop
+        loop.run_until_quiescent()
+        while self.stuck is None and not self.dead:
+            n = m.next()
+            t = type(n)
+            if t is jm.Deliver:
+                assert isinstance(n, jm.Deliver)
+                if n.record is not None:
+                    self.append(n.record)
+                self._resolve(n.seq, n.outcome)
+            elif t is jm.CancelAll:
+                assert isinstance(n, jm.CancelAll)
+                if n.record is not None:
+                    self.cancel_lsn = self.append(n.record)
+                self.cancel_requested = True
+                for seq in n.seqs:
+                    self._cancel_op(seq, n.reason)
+            elif t is jm.UpdateTurn:
+                assert isinstance(n, jm.UpdateTurn)
+                self._update_turn(n)
+            elif n is jm.STALLED:
+                if not loop.has_ready():
+                    err = m.stall_error()
+                    if err is not None:
+                        self._fail_determinism(err)
+                break
+            else:
+                break
+            loop.run_until_quiescent()
+        self.rt.flush_soon()
+        if self.stuck is not None or self.dead:
+            return
+        task = self.task
+        if task is not None and task.done() and not self.finished:
+            self._finish(task)
+
+    def _resolve(self, seq: int, outcome: jm.Outcome) -> None:
+        op = self.ops.pop(seq, None)
+        if op is None:
+            return
+        fut = op.fut
+        if fut.done():
+            return
+        status = outcome.status
+        kind = op.kind
+        if kind == WAIT:
+            self._unwait(op.name, seq)
+        if status == rec.Status.CANCELLED:
+            fut.set_exception(Cancelled(_reason(outcome.payload)))
+            return
+        try:
+            if kind == STEP:
+                if status == rec.Status.OK:
+                    fut.set_result(codec.decode(outcome.payload, op.type))
+                else:
+                    fut.set_exception(codec.decode_error(outcome.payload).step_failed(op.name))
+            elif kind == SLEEP:
+                fut.set_result(None)
+            elif kind == WAIT:
+                if status == rec.Status.OK:
+                    fut.set_result(codec.decode(outcome.payload, op.type))
+                else:
+                    fut.set_result(None)
+            elif kind == CHILD:
+                if status == rec.Status.OK:
+                    fut.set_result(codec.decode(outcome.payload, op.type))
+                else:
+                    fut.set_exception(_workflow_error(op.name, status, outcome.payload))
+            else:
+                raise AssertionError(f"unknown op kind {kind}")
+        except SerializationError as e:
+            fut.set_exception(e)
+
+    def _cancel_op(self, seq: int, reason: bytes) -> None:
+        op = self.ops.pop(seq, None)
+        self.steps.pop(seq, None)
+        if op is None:
+            return
+        if op.kind == WAIT:
+            self._unwait(op.name, seq)
+        if not op.fut.done():
+            op.fut.set_exception(Cancelled(_reason(reason)))
+
+    def _unwait(self, name: str, seq: int) -> None:
+        seqs = self.waiting.get(name)
+        if seqs and seq in seqs:
+            seqs.remove(seq)
+
+    def _fail_determinism(self, err: FuseeError) -> None:
+        if self.stuck is None:
+            self.stuck = err
+            self.rt.on_stuck(self, err)
+
+    def _finish(self, task: asyncio.Task[Any]) -> None:
+        m = self.machine
+        now = self.rt.env.now_ms()
+        try:
+            if task.cancelled():
+                status, payload = rec.Status.CANCELLED, b""
+            else:
+                exc = task.exception()
+                if exc is None:
+                    status = rec.Status.OK
+                    try:
+                        payload = codec.encode(task.result())
+                    except SerializationError as e:
+                        status, payload = rec.Status.FAILED, codec.encode_error(e)
+                elif isinstance(exc, ContinueAsNew):
+                    status, payload = rec.Status.CONTINUED, exc.payload
+                elif isinstance(exc, DeterminismError | NondeterministicCall | OutsideWorkflow):
+                    self._fail_determinism(exc)
+                    return
+                elif isinstance(exc, Cancelled) and self.cancel_requested:
+                    status, payload = rec.Status.CANCELLED, str(exc).encode()
+                else:
+                    status, payload = rec.Status.FAILED, codec.encode_error(exc)
+            done = m.finish(status, payload, now)
+        except DeterminismError as e:
+            self._fail_determinism(e)
+            return
+        self.finished = True
+        lsn = self.append(done)
+        self._reject_pending_updates()
+        self.rt.on_run_done(self, done, lsn)
+
+    def _reject_pending_updates(self) -> None:
+        for token in self.machine.take_offered_updates():
+            fut = self.update_waiters.pop(token, None)
+            if fut is not None and not fut.done():
+                fut.set_exception(UpdateFailed(f"workflow '{self.workflow_id}' ended before the update ran"))
+
+    def kill(self) -> None:
+        """Stops the code for good (terminated, engine closing): nothing more is journaled."""
+        self.dead = True
+        for fut in self.update_waiters.values():
+            if not fut.done():
+                fut.set_exception(UpdateFailed(f"workflow '{self.workflow_id}' ended before the update ran"))
+        self.update_waiters.clear()
+
+    # --- operations, called from workflow code ------------------------------
+
+    def _check(self) -> None:
+        if self.dead or self.finished:
+            raise OutsideWorkflow(
+                f"workflow '{self.workflow_id}' has ended; its ctx can no longer start operations"
+            )
+        if asyncio.events._get_running_loop() is not self.loop:
+            raise OutsideWorkflow(
+                "ctx methods may only be called from the workflow's own code "
+                "(not from step functions, other tasks or threads)"
+            )
+
+    def _new_op(self, seq: int, kind: int, name: str, type: Any) -> asyncio.Future[Any]:
+        fut = self.loop.create_future()
+        self.ops[seq] = Op(fut, kind, name, type)
+        return fut
+
+    def _determinism(self, e: DeterminismError) -> DeterminismError:
+        self._fail_determinism(e)
+        return e
+
+    def op_step(
+        self,
+        name: str,
+        fn: Callable[..., Any],
+        retry: Retry | None,
+        timeout: Any,
+        read_only: bool,
+        result_type: Any,
+    ) -> asyncio.Future[Any]:
+        self._check()
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"a step name must be a non-empty string, got {name!r}")
+        if not callable(fn):
+            raise TypeError(f"step '{name}': fn must be callable, got {type(fn).__name__}")
+        if retry is not None and not isinstance(retry, Retry):
+            raise TypeError(f"step '{name}': retry must be a fusee.Retry, got {type(retry).__name__}")
+        timeout_s = to_ms(timeout) / 1000 if timeout is not None else None
+        try:
+            seq, start = self.machine.begin_step(name)
+        except DeterminismError as e:
+            raise self._determinism(e) from None
+        if result_type is None:
+            result_type = _return_type(fn)
+        fut = self._new_op(seq, STEP, name, result_type)
+        if start is not jm.REPLAY:
+            assert isinstance(start, jm.StepRun)
+            call = StepCall(
+                name,
+                fn,
+                retry if retry is not None else self.rt.default_retry,
+                timeout_s,
+                read_only,
+                start.attempt,
+                start.not_before_ms,
+                self.machine.gate,
+            )
+            self.steps[seq] = call
+            self.rt.run_step(self, seq, call)
+        return fut
+
+    def op_sleep(self, name: str, duration: Any) -> asyncio.Future[Any]:
+        self._check()
+        ms = to_ms(duration)
+        try:
+            seq, arm = self.machine.begin_sleep(name, self.rt.env.now_ms() + ms)
+        except DeterminismError as e:
+            raise self._determinism(e) from None
+        fut = self._new_op(seq, SLEEP, name, None)
+        if arm is jm.REPLAY:
+            return fut
+        if type(arm) is jm.Append:
+            assert isinstance(arm, jm.Append)
+            self.append(arm.record)
+        fire_at = self.timer_at.get(seq, 0)
+        self.rt.arm_timer(self, seq, fire_at)
+        return fut
+
+    def op_wait(self, signal: SignalDef[Any], timeout: Any) -> asyncio.Future[Any]:
+        self._check()
+        if not isinstance(signal, SignalDef):
+            raise TypeError(f"wait_for takes a signal made with fusee.signal(...), got {signal!r}")
+        deadline = self.rt.env.now_ms() + to_ms(timeout) if timeout is not None else 0
+        try:
+            seq, arm = self.machine.begin_wait(signal.name, deadline)
+        except DeterminismError as e:
+            raise self._determinism(e) from None
+        fut = self._new_op(seq, WAIT, signal.name, signal.type)
+        if arm is jm.REPLAY:
+            return fut
+        if type(arm) is jm.Append:
+            assert isinstance(arm, jm.Append)
+            self.append(arm.record)
+        fut.add_done_callback(functools.partial(self._wait_dropped, seq))
+        self.waiting.setdefault(signal.name, []).append(seq)
+        self._match_signals(signal.name)
+        deadline = self.wait_deadline.get(seq, 0)
+        if deadline and self.machine.is_live_pending(seq):
+            self.rt.arm_deadline(self, seq, deadline)
+        return fut
+
+    def _wait_dropped(self, seq: int, fut: asyncio.Future[Any]) -> None:
+        """The code cancelled a wait (a race it lost): record that it was abandoned."""
+        if not fut.cancelled() or self.dead or self.finished:
+            return
+        op = self.ops.pop(seq, None)
+        if op is not None:
+            self._unwait(op.name, seq)
+        r = self.machine.forget(seq)
+        if r is not None:
+            self.append(r)
+
+    def _match_signals(self, name: str) -> None:
+        """Hands buffered signals of ``name`` to the live waits for it, oldest first."""
+        seqs = self.waiting.get(name)
+        if not seqs:
+            return
+        for ordinal, (sname, payload) in enumerate(self.signals):
+            if not seqs:
+                break
+            if sname != name or ordinal in self.consumed:
+                continue
+            seq = seqs.pop(0)
+            self.consumed.add(ordinal)
+            self.machine.complete(seq, jm.SignalTaken(ordinal, payload))
+
+    def offer_signal(self, name: str, payload: bytes, dedup: int, by: bytes | None) -> int | None:
+        """A signal arrived: journal it and hand it to a waiting operation. None if a duplicate."""
+        if dedup and dedup in self.dedup:
+            return None
+        lsn = self.append(rec.Signal(run=self.run_id, name=name, dedup=dedup, payload=payload, by=by))
+        self._match_signals(name)
+        self.pump()
+        return lsn
+
+    def op_child(
+        self,
+        workflow: WorkflowDef[Any, Any],
+        workflow_id: str,
+        input: Any,
+        close_policy: str,
+        timeout: Any,
+        detached: bool,
+    ) -> asyncio.Future[Any]:
+        self._check()
+        if not isinstance(workflow, WorkflowDef):
+            raise TypeError(f"child workflow must be a @fusee.workflow, got {workflow!r}")
+        if not isinstance(workflow_id, str) or not workflow_id:
+            raise TypeError(f"a workflow id must be a non-empty string, got {workflow_id!r}")
+        policy = _CLOSE_POLICIES.get(close_policy)
+        if policy is None:
+            raise ValueError(
+                f"close_policy must be one of {sorted(_CLOSE_POLICIES)}, got {close_policy!r}"
+            )
+        self.rt.check_registered(workflow)
+        payload = codec.encode(input)
+        flags = int(policy) | (rec.DETACHED if detached else 0)
+        deadline = self.rt.env.now_ms() + to_ms(timeout) if timeout is not None else 0
+        try:
+            seq, arm = self.machine.begin_child(workflow.name, workflow_id, flags, deadline, payload)
+        except DeterminismError as e:
+            raise self._determinism(e) from None
+        if type(arm) is jm.Append:
+            assert isinstance(arm, jm.Append)
+            self.append(arm.record)
+        if arm is not jm.REPLAY or detached:
+            child = self.children.get(seq)
+            if child is not None:
+                self.rt.ensure_child(self, child)
+        if detached:
+            fut = self.loop.create_future()
+            fut.set_result(ChildHandle(workflow_id))
+            return fut
+        return self._new_op(seq, CHILD, workflow_id, workflow.result_type)
+
+    def op_send(self, target: str, signal: SignalDef[Any], value: Any) -> asyncio.Future[Any]:
+        self._check()
+        if not isinstance(signal, SignalDef):
+            raise TypeError(f"signal_workflow takes a signal made with fusee.signal(...), got {signal!r}")
+        payload = codec.encode(value)
+        try:
+            seq, r = self.machine.send(target, signal.name, payload)
+        except DeterminismError as e:
+            raise self._determinism(e) from None
+        lsn = self.append(r) if r is not None else self.machine.gate
+        self.rt.send_signal(self, seq, target, signal.name, payload, lsn)
+        fut = self.loop.create_future()
+        fut.set_result(None)
+        return fut
+
+    def _value(self, kind: rec.ValueKind, make: Callable[[], bytes]) -> bytes:
+        self._check()
+        try:
+            _, value, r = self.machine.value(kind, make)
+        except DeterminismError as e:
+            raise self._determinism(e) from None
+        if r is not None:
+            self.append(r)
+        return value
+
+    def op_now(self) -> datetime.datetime:
+        self._check()
+        try:
+            ms, r = self.machine.now(self.rt.env.now_ms())
+        except DeterminismError as e:
+            raise self._determinism(e) from None
+        if r is not None:
+            self.append(r)
+        return datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.UTC)
+
+    def op_random(self) -> float:
+        rng = self.rt.env.rng
+        v = self._value(rec.ValueKind.RANDOM, lambda: rng.getrandbits(64).to_bytes(8, "little"))
+        return (int.from_bytes(v, "little") >> 11) * (1.0 / (1 << 53))
+
+    def op_uuid(self) -> uuid.UUID:
+        rng = self.rt.env.rng
+        v = self._value(rec.ValueKind.UUID, lambda: rng.getrandbits(128).to_bytes(16, "little"))
+        return uuid.UUID(bytes=bytes(v), version=4)
+
+    def op_patched(self, patch_id: str) -> bool:
+        self._check()
+        on, r = self.machine.patched(patch_id)
+        if r is not None:
+            self.append(r)
+        return on
+
+    def op_attributes(self, attributes: dict[str, Any]) -> None:
+        self._check()
+        if not isinstance(attributes, dict):
+            raise TypeError("set_attributes takes a dict of JSON values")
+        try:
+            _, r = self.machine.set_attributes(codec.encode(attributes))
+        except DeterminismError as e:
+            raise self._determinism(e) from None
+        if r is not None:
+            self.append(r)
+
+    def op_continue_as_new(self, input: Any) -> Awaitable[None]:
+        self._check()
+        raise ContinueAsNew(codec.encode(input))
+
+    # --- queries and updates -------------------------------------------------
+
+    def set_query_handler(self, query: QueryDef, handler: Callable[..., Any]) -> None:
+        if not isinstance(query, QueryDef):
+            raise TypeError(f"on_query takes a query made with fusee.query(...), got {query!r}")
+        if not callable(handler):
+            raise TypeError("a query handler must be callable")
+        self.query_handlers[query.name] = handler
+
+    def set_update_handler(
+        self, update: UpdateDef[Any], handler: Callable[..., Any], validator: Callable[..., Any] | None
+    ) -> None:
+        if not isinstance(update, UpdateDef):
+            raise TypeError(f"on_update takes an update made with fusee.update(...), got {update!r}")
+        if not callable(handler) or (validator is not None and not callable(validator)):
+            raise TypeError("update handlers and validators must be callable")
+        self.update_handlers[update.name] = (update, handler, validator)
+
+    def offer_update(self, name: str, update_id: str, payload: bytes, fut: asyncio.Future[Any]) -> None:
+        token = self.rt.next_token()
+        self.update_waiters[token] = fut
+        self.update_inflight[update_id] = fut
+        self.machine.offer_update(token, name, update_id, payload)
+        self.pump()
+
+    def _update_turn(self, n: jm.UpdateTurn) -> None:
+        entry = self.update_handlers.get(n.name)
+        if n.live is not None:
+            fut = self.update_waiters.pop(n.live, None)
+            if entry is None:
+                self.update_inflight.pop(n.id, None)
+                if fut is not None and not fut.done():
+                    fut.set_exception(
+                        UpdateFailed(
+                            f"workflow '{self.workflow_id}' has no handler for update '{n.name}' "
+                            "(register it with ctx.on_update before the update arrives)"
+                        )
+                    )
+                return
+            udef, handler, validator = entry
+            try:
+                arg = codec.decode(n.payload, udef.arg_type)
+                if validator is not None:
+                    validator(arg)
+            except Exception as e:
+                self.update_inflight.pop(n.id, None)
+                if fut is not None and not fut.done():
+                    fut.set_exception(e)
+                return
+            ordinal, r = self.machine.accept_update(n.name, n.id, n.payload)
+            self.append(r)
+            if fut is not None:
+                self.update_by_ordinal.setdefault(ordinal, []).append(fut)
+        else:
+            if entry is None:
+                self._fail_determinism(
+                    DeterminismError(
+                        f"the journal delivers update '{n.name}' but the code registered no handler for it"
+                    )
+                )
+                return
+            udef, handler, _ = entry
+            ordinal = n.ordinal
+            try:
+                arg = codec.decode(n.payload, udef.arg_type)
+            except SerializationError as e:
+                self._fail_determinism(e)
+                return
+        self.update_ids[ordinal] = n.id
+        self.loop.create_task(self._run_update(ordinal, n.id, handler, arg))
+
+    async def _run_update(self, ordinal: int, update_id: str, handler: Callable[..., Any], arg: Any) -> None:
+        try:
+            result = handler(arg)
+            if inspect.isawaitable(result):
+                result = await result
+            status, payload = rec.Status.OK, codec.encode(result)
+        except (ContinueAsNew, DeterminismError, NondeterministicCall):
+            raise
+        except Exception as e:
+            status, payload = rec.Status.FAILED, codec.encode_error(e)
+        try:
+            _, r = self.machine.update_done(ordinal, status, payload)
+        except DeterminismError as e:
+            self._fail_determinism(e)
+            return
+        lsn = self.append(r) if r is not None else self.machine.gate
+        self.update_results[update_id] = (status, payload)
+        self.update_inflight.pop(update_id, None)
+        waiters = self.update_by_ordinal.pop(ordinal, [])
+        if waiters:
+            self.rt.release_update(self.shard, lsn, waiters, status, payload)
+
+    def answer_query(self, query: QueryDef, arg: Any) -> Any:
+        handler = self.query_handlers.get(query.name)
+        if handler is None:
+            from fusee.errors import QueryFailed
+
+            raise QueryFailed(
+                f"workflow '{self.workflow_id}' has no handler for query '{query.name}' "
+                f"(handlers: {sorted(self.query_handlers) or 'none'})"
+            )
+        from fusee.runtime.context import takes_argument
+
+        value = handler(arg) if takes_argument(handler) else handler()
+        # A snapshot in plain values, so later changes of the state do not show through.
+        return codec.decode(codec.encode(value))
+
+
+def _return_type(fn: Callable[..., Any]) -> Any:
+    try:
+        import typing
+
+        return typing.get_type_hints(fn).get("return", Any)
+    except Exception:
+        return Any
+
+
+def _reason(payload: bytes) -> str:
+    try:
+        return payload.decode()
+    except UnicodeDecodeError:
+        return repr(payload)
+
+
+def _workflow_error(wid: str, status: rec.Status, payload: bytes) -> FuseeError:
+    from fusee.runtime.outcomes import workflow_error
+
+    return workflow_error(wid, status, payload)

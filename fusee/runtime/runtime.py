@@ -1,0 +1,721 @@
+"""The runtime: every workflow of an engine directory, their runs, and what connects them.
+
+It routes signals, children and messages between runs, runs step functions
+once their gates are durable, arms timers, and decides when results and
+acknowledgements may be released (only from durable state). Everything outside
+the process (the log, the clock, threads, randomness) comes from the Env and the
+group committer it was given.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import inspect
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import msgspec
+
+from fusee import codec, sabotage
+from fusee.core import journal as jm
+from fusee.core import records as rec
+from fusee.definitions import WorkflowDef
+from fusee.errors import (
+    AlreadyExists,
+    DeterminismError,
+    FuseeError,
+    NotFound,
+    SerializationError,
+    UnknownWorkflow,
+    UpdateFailed,
+)
+from fusee.retry import Retry
+from fusee.runtime.env import Env
+from fusee.runtime.outcomes import workflow_error
+from fusee.runtime.run import Run, StepCall
+
+RUNNING, FINISHED = "running", "finished"
+
+IF_RUNNING = ("fail", "attach", "terminate")
+IF_FINISHED = ("fail", "attach", "start")
+
+
+class StepTimeout(FuseeError, TimeoutError):
+    """A step's function ran longer than its ``timeout``; the attempt counts as failed."""
+
+
+class WorkflowState:
+    """What the engine knows of one workflow ID: its current run and how it ended."""
+
+    __slots__ = (
+        "done_lsn",
+        "final",
+        "id",
+        "journal",
+        "lsns",
+        "parent",
+        "payload",
+        "run",
+        "run_id",
+        "shard",
+        "status",
+        "waiters",
+        "wtype",
+    )
+
+    def __init__(self, wid: str, shard: int) -> None:
+        self.id = wid
+        self.shard = shard
+        self.wtype = ""
+        self.run_id = 0
+        self.parent: rec.ParentRef | None = None
+        self.journal: list[rec.Record] = []
+        self.lsns: list[int] = []
+        self.run: Run | None = None
+        #: How the current run ended (None while it runs).
+        self.status: rec.Status | None = None
+        self.payload = b""
+        self.done_lsn = 0
+        #: The ending is durable and is not a hand-over to a next run.
+        self.final = False
+        self.waiters: list[asyncio.Future[None]] = []
+
+    @property
+    def running(self) -> bool:
+        return self.status is None or self.status == rec.Status.CONTINUED
+
+
+def shard_of(workflow_id: str, shards: int) -> int:
+    """The shard of a workflow ID: a stable hash (not Python's per-process ``hash``)."""
+    h = hashlib.blake2b(workflow_id.encode(), digest_size=8).digest()
+    return int.from_bytes(h, "little") % shards
+
+
+def dedup_key(text: str) -> int:
+    """A non-zero 63-bit key for a signal's deduplication text."""
+    h = int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little")
+    return (h >> 1) or 1
+
+
+class Runtime:
+    """All workflows of one engine, driven on one asyncio loop."""
+
+    def __init__(
+        self,
+        env: Env,
+        committer: Any,
+        shards: int,
+        workflows: dict[str, WorkflowDef[Any, Any]],
+        default_retry: Retry,
+    ) -> None:
+        self.env = env
+        self.committer = committer
+        self.log = committer.log
+        self._flush_scheduled = False
+        self.shards = shards
+        self.workflows = workflows
+        self.default_retry = default_retry
+        self.loop = asyncio.get_running_loop()
+        self.wf: dict[str, WorkflowState] = {}
+        self.by_run: dict[int, WorkflowState] = {}
+        self.stuck: dict[str, str] = {}
+        self._token = 0
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self.closed = False
+        self.stats = {"steps": 0, "replays": 0, "runs_started": 0}
+
+    # --- log ------------------------------------------------------------
+
+    def append(self, shard: int, r: rec.Record) -> int:
+        return self.committer.append(shard, rec.encode(r))  # type: ignore[no-any-return]
+
+    def durable(self, shard: int) -> int:
+        return self.log.durable(shard)  # type: ignore[no-any-return]
+
+    async def wait_durable(self, shard: int, lsn: int) -> None:
+        """Returns once the shard's log is durable through ``lsn``."""
+        if lsn <= self.log.durable(shard):
+            return
+        await self.committer.wait_durable(shard, lsn)
+
+    def flush_soon(self) -> None:
+        """Gets what was appended on disk even if nobody waits for it (a timer, a delivery).
+
+        Scheduled behind the callbacks already ready, so a step that waits for
+        its gate gets the chance to flush inline first.
+        """
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self.loop.call_soon(self._flush_now)
+
+    def _flush_now(self) -> None:
+        self._flush_scheduled = False
+        if not self.closed and self.log.failed is None:
+            self.committer.request_flush()
+
+    def spawn(self, coro: Any) -> asyncio.Task[Any]:
+        """A background task of the engine, kept referenced until it ends."""
+        t = self.loop.create_task(coro)
+        self._tasks.add(t)
+        t.add_done_callback(self._tasks.discard)
+        return t
+
+    def next_token(self) -> int:
+        self._token += 1
+        return self._token
+
+    def new_run_id(self) -> int:
+        while True:
+            rid = self.env.rng.getrandbits(62) + 1
+            if rid not in self.by_run:
+                return rid
+
+    def check_registered(self, wdef: WorkflowDef[Any, Any] | str) -> WorkflowDef[Any, Any]:
+        name = wdef if isinstance(wdef, str) else getattr(wdef, "name", None)
+        found = self.workflows.get(name) if isinstance(name, str) else None
+        if found is None:
+            raise UnknownWorkflow(
+                f"no workflow named {name!r} is registered with this engine "
+                f"(registered: {', '.join(sorted(self.workflows)) or 'none'}); "
+                "pass it in Engine.open(..., workflows=[...])"
+            )
+        return found
+
+    # --- recovery --------------------------------------------------------
+
+    def load(self, records: Iterable[tuple[int, int, rec.Record]]) -> None:
+        """Rebuilds the workflow table from recovered records, in log order."""
+        for shard, lsn, r in records:
+            if type(r) is rec.Start:
+                assert isinstance(r, rec.Start)
+                st = self.wf.get(r.id)
+                if st is None:
+                    st = self.wf[r.id] = WorkflowState(r.id, shard)
+                st.wtype = r.wtype
+                st.run_id = r.run
+                if r.parent is not None or not st.journal:
+                    st.parent = r.parent
+                st.journal = [r]
+                st.lsns = [lsn]
+                st.status = None
+                st.payload = b""
+                st.final = False
+                self.by_run[r.run] = st
+                continue
+            st2 = self.by_run.get(r.run)
+            if st2 is None or st2.run_id != r.run:
+                continue  # a record of a run a later start replaced
+            st2.journal.append(r)
+            st2.lsns.append(lsn)
+            if type(r) is rec.Done:
+                assert isinstance(r, rec.Done)
+                st2.status = r.status
+                st2.payload = r.payload
+                st2.done_lsn = lsn
+                st2.final = r.status != rec.Status.CONTINUED
+
+    def resume_all(self) -> None:
+        """Loads every unfinished run and replays its code; hands over continued runs."""
+        for st in list(self.wf.values()):
+            if st.status is None:
+                self._load_run(st)
+            elif st.status == rec.Status.CONTINUED:
+                self._continue(st)
+        for st in list(self.wf.values()):
+            if st.final:
+                self._apply_close_policy(st)
+
+    def _load_run(self, st: WorkflowState) -> None:
+        wdef = self.workflows.get(st.wtype)
+        if wdef is None:
+            self.stuck[st.id] = (
+                f"workflow type '{st.wtype}' is not registered: reopen the engine with it "
+                "in workflows=[...] to continue this run"
+            )
+            return
+        try:
+            machine = jm.RunMachine.from_journal(st.journal, st.lsns[-1])
+        except DeterminismError as e:
+            self.stuck[st.id] = str(e)
+            return
+        run = Run(self, st.shard, wdef, machine, st.journal, st.lsns)
+        st.run = run
+        if len(st.journal) > 1:
+            self.stats["replays"] += 1
+        run.start()
+
+    # --- starting workflows ------------------------------------------------
+
+    def start_workflow(
+        self,
+        wdef: WorkflowDef[Any, Any],
+        wid: str,
+        payload: bytes,
+        *,
+        parent: rec.ParentRef | None = None,
+        policy: int = 0,
+        if_running: str = "fail",
+        if_finished: str = "fail",
+    ) -> tuple[WorkflowState, int, bool]:
+        """Starts ``wid`` (or attaches to it, per the policies).
+
+        Returns the state, the LSN to await before acknowledging, and whether
+        a new run was started.
+        """
+        st = self.wf.get(wid)
+        if st is not None:
+            if st.running:
+                if if_running == "attach":
+                    return st, self._ack_lsn(st), False
+                if if_running == "terminate":
+                    self.terminate(wid, "replaced by a new start", None)
+                else:
+                    raise AlreadyExists(
+                        f"workflow '{wid}' is already running (run {st.run_id}); pass "
+                        "if_running='attach' to get its handle or 'terminate' to replace it"
+                    )
+            elif if_finished == "attach":
+                return st, self._ack_lsn(st), False
+            elif if_finished != "start":
+                raise AlreadyExists(
+                    f"workflow '{wid}' already ran (it ended {st.status.name.lower() if st.status is not None else ''}); "
+                    "pass if_finished='attach' to get its result or 'start' to run it again"
+                )
+        else:
+            st = self.wf[wid] = WorkflowState(wid, shard_of(wid, self.shards))
+        st.parent = parent
+        lsn = self._new_run(st, wdef, payload, policy)
+        return st, lsn, True
+
+    def _ack_lsn(self, st: WorkflowState) -> int:
+        return st.lsns[-1] if st.lsns else 0
+
+    def _new_run(self, st: WorkflowState, wdef: WorkflowDef[Any, Any], payload: bytes, policy: int) -> int:
+        rid = self.new_run_id()
+        start = rec.Start(
+            run=rid,
+            id=st.id,
+            wtype=wdef.name,
+            version=wdef.version,
+            codec=0,
+            started_ms=self.env.now_ms(),
+            deadline_ms=0,
+            parent=st.parent,
+            policy=policy,
+            update=None,
+            input=payload,
+        )
+        if st.run_id:
+            self.by_run.pop(st.run_id, None)
+        st.wtype = wdef.name
+        st.run_id = rid
+        st.status = None
+        st.payload = b""
+        st.final = False
+        st.journal = []
+        st.lsns = []
+        self.by_run[rid] = st
+        lsn = self.append(st.shard, start)
+        st.journal.append(start)
+        st.lsns.append(lsn)
+        machine = jm.RunMachine.fresh(start, lsn)
+        run = Run(self, st.shard, wdef, machine, st.journal, st.lsns)
+        st.run = run
+        self.stats["runs_started"] += 1
+        run.start()
+        return lsn
+
+    def _continue(self, st: WorkflowState) -> None:
+        """Starts the next run of a chain whose run ended with continue-as-new."""
+        wdef = self.workflows.get(st.wtype)
+        if wdef is None:
+            self.stuck[st.id] = f"workflow type '{st.wtype}' is not registered"
+            return
+        start = st.journal[0]
+        policy = start.policy if isinstance(start, rec.Start) else 0
+        self._new_run(st, wdef, st.payload, policy)
+
+    # --- run endings -----------------------------------------------------------
+
+    def on_run_done(self, run: Run, done: rec.Done, lsn: int) -> None:
+        st = self.by_run.get(run.run_id)
+        if st is None:
+            return
+        st.run = None
+        st.status = done.status
+        st.payload = done.payload
+        st.done_lsn = lsn
+        run.kill()
+        if done.status == rec.Status.CONTINUED:
+            self._continue(st)
+            return
+        self.spawn(self._after_done(st, run.run_id, lsn))
+
+    async def _after_done(self, st: WorkflowState, run_id: int, lsn: int) -> None:
+        await self.wait_durable(st.shard, lsn)
+        if st.run_id != run_id:
+            return
+        st.final = True
+        for fut in st.waiters:
+            if not fut.done():
+                fut.set_result(None)
+        st.waiters.clear()
+        if st.parent is not None:
+            self._send(self._child_finished, st.parent, st.status, st.payload)
+        self._apply_close_policy(st)
+
+    def _apply_close_policy(self, st: WorkflowState) -> None:
+        """The parent ended: its children still running follow their close policy."""
+        for r in st.journal:
+            if type(r) is not rec.Child:
+                continue
+            assert isinstance(r, rec.Child)
+            child = self.wf.get(r.id)
+            if child is None or not child.running or child.parent is None:
+                continue
+            if child.parent.id != st.id or child.parent.run != st.run_id:
+                continue
+            policy = r.flags & rec.CLOSE_POLICY_MASK
+            if policy == rec.ClosePolicy.TERMINATE:
+                self._send(self._terminate_quiet, child.id, f"parent '{st.id}' closed")
+            elif policy == rec.ClosePolicy.REQUEST_CANCEL:
+                self._send(self._cancel_quiet, child.id, f"parent '{st.id}' closed")
+
+    def _terminate_quiet(self, wid: str, reason: str) -> None:
+        st = self.wf.get(wid)
+        if st is not None and st.running and not self.closed:
+            self.terminate(wid, reason, None)
+
+    def _cancel_quiet(self, wid: str, reason: str) -> None:
+        st = self.wf.get(wid)
+        if st is not None and st.run is not None and not self.closed:
+            self.cancel(wid, reason, None)
+
+    def on_stuck(self, run: Run, err: FuseeError) -> None:
+        self.stuck[run.workflow_id] = str(err)
+
+    # --- messages between runs ------------------------------------------------
+
+    def _send(self, fn: Callable[..., None], *args: Any) -> None:
+        """Delivers a message to another run after the Env's message delay."""
+        if sabotage.active.drop_outbox_message and self.env.rng.random() < 0.5:
+            return
+        delay = self.env.message_delay()
+        if delay > 0:
+            self.loop.call_later(delay, self._deliver, fn, args)
+        else:
+            self.loop.call_soon(self._deliver, fn, args)
+
+    def _deliver(self, fn: Callable[..., None], args: tuple[Any, ...]) -> None:
+        if not self.closed:
+            fn(*args)
+
+    def ensure_child(self, parent: Run, child: rec.Child) -> None:
+        """Makes sure the child a Child record names exists; resends its result if it ended."""
+        gate = parent.machine.gate
+        ref = rec.ParentRef(id=parent.workflow_id, run=parent.run_id, seq=child.seq)
+        self.spawn(self._ensure_child(parent.shard, gate, ref, child))
+
+    async def _ensure_child(self, shard: int, gate: int, ref: rec.ParentRef, child: rec.Child) -> None:
+        if not sabotage.active.ack_before_durable:
+            await self.wait_durable(shard, gate)
+        self._send(self._start_child, ref, child)
+
+    def _start_child(self, ref: rec.ParentRef, child: rec.Child) -> None:
+        st = self.wf.get(child.id)
+        if st is None:
+            wdef = self.workflows.get(child.wtype)
+            if wdef is None:
+                err = codec.encode_error(UnknownWorkflow(f"no workflow named {child.wtype!r} is registered"))
+                self._child_finished(ref, rec.Status.FAILED, err)
+                return
+            self.start_workflow(wdef, child.id, child.input, parent=ref, policy=child.flags)
+            return
+        if st.parent != ref:
+            err = codec.encode_error(
+                AlreadyExists(f"child workflow id '{child.id}' is in use by another workflow")
+            )
+            self._child_finished(ref, rec.Status.FAILED, err)
+            return
+        if st.final and st.status is not None:
+            self._child_finished(ref, st.status, st.payload)
+
+    def _child_finished(self, ref: rec.ParentRef, status: rec.Status | None, payload: bytes) -> None:
+        st = self.wf.get(ref.id)
+        if st is None or st.run_id != ref.run or st.run is None or status is None:
+            return
+        run = st.run
+        c = run.children.get(ref.seq)
+        if c is None or c.flags & rec.DETACHED:
+            return
+        if run.machine.complete(ref.seq, jm.ChildResult(status, payload)):
+            run.pump()
+
+    def send_signal(self, run: Run, seq: int, target: str, name: str, payload: bytes, lsn: int) -> None:
+        """A run's ``signal_workflow``: delivered once its Send record is durable, deduplicated by position."""
+        key = dedup_key(f"send:{run.run_id}:{seq}")
+        self.spawn(self._send_after(run.shard, lsn, target, name, payload, key))
+
+    async def _send_after(self, shard: int, lsn: int, target: str, name: str, payload: bytes, key: int) -> None:
+        if not sabotage.active.ack_before_durable:
+            await self.wait_durable(shard, lsn)
+        self._send(self._signal_quiet, target, name, payload, key)
+
+    def _signal_quiet(self, target: str, name: str, payload: bytes, key: int) -> None:
+        st = self.wf.get(target)
+        if st is not None and st.run is not None:
+            st.run.offer_signal(name, payload, key, None)
+
+    # --- client operations -------------------------------------------------
+
+    def current(self, wid: str) -> WorkflowState:
+        st = self.wf.get(wid)
+        if st is None:
+            raise NotFound(f"no workflow with id '{wid}' exists")
+        return st
+
+    def running_run(self, wid: str) -> Run:
+        st = self.current(wid)
+        if st.run is None:
+            if wid in self.stuck:
+                raise NotFound(f"workflow '{wid}' is stopped: {self.stuck[wid]}")
+            raise NotFound(f"workflow '{wid}' is not running (it ended {st.status.name.lower() if st.status is not None else ''})")
+        return st.run
+
+    def signal(self, wid: str, name: str, payload: bytes, dedup: int, by: bytes | None) -> int:
+        run = self.running_run(wid)
+        lsn = run.offer_signal(name, payload, dedup, by)
+        return lsn if lsn is not None else run.machine.gate
+
+    def cancel(self, wid: str, reason: str, by: bytes | None) -> int:
+        run = self.running_run(wid)
+        run.machine.request_cancel(reason.encode(), by)
+        run.pump()
+        return max(run.cancel_lsn, run.machine.gate)
+
+    def terminate(self, wid: str, reason: str, by: bytes | None) -> int:
+        st = self.current(wid)
+        if not st.running:
+            raise NotFound(f"workflow '{wid}' is not running")
+        run = st.run
+        done = rec.Done(
+            run=st.run_id,
+            status=rec.Status.TERMINATED,
+            finished_ms=self.env.now_ms(),
+            payload=reason.encode(),
+            by=by,
+        )
+        if run is not None:
+            run.kill()
+            run.finished = True
+            lsn = run.append(done)
+            self.stuck.pop(wid, None)
+            self.on_run_done(run, done, lsn)
+            return lsn
+        # A stuck run (no code loaded) ends too.
+        lsn = self.append(st.shard, done)
+        st.journal.append(done)
+        st.lsns.append(lsn)
+        self.stuck.pop(wid, None)
+        st.status, st.payload, st.done_lsn = done.status, done.payload, lsn
+        self.spawn(self._after_done(st, st.run_id, lsn))
+        return lsn
+
+    def resume(self, wid: str, by: bytes | None) -> int:
+        run = self.running_run(wid)
+        records = run.machine.resume(by)
+        lsn = run.machine.gate
+        for r in records:
+            lsn = run.append(r)
+            call = run.steps.get(r.seq)
+            if call is not None and run.machine.step_pending(r.seq):
+                call.attempt = 1
+                call.not_before = 0
+                call.gate = lsn
+                self.run_step(run, r.seq, call)
+        run.pump()
+        return lsn
+
+    def release_update(
+        self, shard: int, lsn: int, waiters: list[asyncio.Future[Any]], status: rec.Status, payload: bytes
+    ) -> None:
+        self.spawn(self._release_update(shard, lsn, waiters, status, payload))
+
+    async def _release_update(
+        self, shard: int, lsn: int, waiters: list[asyncio.Future[Any]], status: rec.Status, payload: bytes
+    ) -> None:
+        if not sabotage.active.ack_before_durable:
+            await self.wait_durable(shard, lsn)
+        for fut in waiters:
+            if fut.done():
+                continue
+            if status == rec.Status.OK:
+                fut.set_result(codec.decode(payload))
+            else:
+                info = codec.decode_error(payload)
+                fut.set_exception(UpdateFailed(f"update handler failed: {info.type}: {info.message}"))
+
+    async def result_of(self, wid: str) -> tuple[rec.Status, bytes]:
+        """Waits for the final, durable ending of ``wid``'s chain of runs."""
+        st = self.current(wid)
+        while not st.final:
+            fut: asyncio.Future[None] = self.loop.create_future()
+            st.waiters.append(fut)
+            await fut
+        assert st.status is not None
+        return st.status, st.payload
+
+    def raise_for(self, wid: str, status: rec.Status, payload: bytes, result_type: Any) -> Any:
+        if status == rec.Status.OK:
+            return codec.decode(payload, result_type)
+        raise workflow_error(wid, status, payload)
+
+    # --- timers ---------------------------------------------------------------
+
+    def arm_timer(self, run: Run, seq: int, fire_at_ms: int) -> None:
+        delay = max(0.0, (fire_at_ms - self.env.now_ms()) / 1000)
+        self.loop.call_later(delay, self._fire, run, seq)
+
+    def _fire(self, run: Run, seq: int) -> None:
+        if run.dead or self.closed:
+            return
+        if run.machine.complete(seq, jm.Fired()):
+            run.pump()
+
+    def arm_deadline(self, run: Run, seq: int, deadline_ms: int) -> None:
+        delay = max(0.0, (deadline_ms - self.env.now_ms()) / 1000)
+        self.loop.call_later(delay, self._deadline, run, seq)
+
+    def _deadline(self, run: Run, seq: int) -> None:
+        if run.dead or self.closed or (not run.machine.step_pending(seq) and not run.machine.is_live_pending(seq)):
+            return
+        op = run.ops.get(seq)
+        if op is None:
+            return
+        seqs = run.waiting.get(op.name)
+        if not seqs or seq not in seqs:
+            return  # a signal got there first
+        seqs.remove(seq)
+        if run.machine.complete(seq, jm.WaitTimedOut()):
+            run.pump()
+
+    # --- steps ------------------------------------------------------------------
+
+    def run_step(self, run: Run, seq: int, call: StepCall) -> None:
+        """Runs a live step's function once its gate is durable and its time has come."""
+        if call.not_before == rec.PAUSED:
+            return  # waits for a resume
+        self.spawn(self._step(run, seq, call))
+
+    async def _step(self, run: Run, seq: int, call: StepCall) -> None:
+        m = run.machine
+        env = self.env
+        while True:
+            if not call.read_only and not sabotage.active.step_before_gate:
+                await self.wait_durable(run.shard, call.gate)
+            wait_ms = call.not_before - env.now_ms()
+            if wait_ms > 0:
+                await asyncio.sleep(wait_ms / 1000)
+            if run.dead or self.closed or not m.step_pending(seq):
+                return
+            attempt = call.attempt
+            try:
+                value = await self._invoke(run, seq, call, attempt)
+            except Exception as e:
+                if run.dead or self.closed or not m.step_pending(seq):
+                    return
+                err = codec.encode_error(e)
+                retry = call.retry
+                if retry.should_retry(attempt, e):
+                    retry_at = env.now_ms() + retry.delay_ms(attempt, env.rng.random())
+                    r = m.step_retry(seq, retry_at, err)
+                    if r is None:
+                        return
+                    call.gate = run.append(r)
+                    call.attempt = attempt + 1
+                    call.not_before = retry_at
+                    continue
+                if retry.pause_when_exhausted and not isinstance(e, retry.non_retryable):
+                    r = m.step_retry(seq, rec.PAUSED, err)
+                    if r is not None:
+                        run.append(r)
+                        run.pump()
+                    return
+                status, payload = rec.Status.FAILED, err
+            else:
+                if run.dead or self.closed or not m.step_pending(seq):
+                    return
+                try:
+                    status, payload = rec.Status.OK, codec.encode(value)
+                except SerializationError as e:
+                    status, payload = rec.Status.FAILED, codec.encode_error(e)
+            self.stats["steps"] += 1
+            run.steps.pop(seq, None)
+            if m.complete(seq, jm.StepDone(status, payload)):
+                run.pump()
+            return
+
+    async def _invoke(self, run: Run, seq: int, call: StepCall, attempt: int) -> Any:
+        from fusee.runtime.context import StepInfo
+
+        fn = call.fn
+        if call.takes_info:
+            progress_raw = run.machine.progress(seq)
+            progress = codec.decode(progress_raw) if progress_raw is not None else None
+            info = StepInfo(
+                call.name,
+                run.machine.key(seq),
+                attempt,
+                run.workflow_id,
+                run.run_id,
+                progress,
+                lambda p: self._heartbeat(run, seq, p),
+            )
+            args: tuple[Any, ...] = (info,)
+        else:
+            args = ()
+        if inspect.iscoroutinefunction(fn):
+            coro = fn(*args)
+            if call.timeout_s is None:
+                return await coro
+            try:
+                return await asyncio.wait_for(coro, call.timeout_s)
+            except TimeoutError:
+                raise StepTimeout(f"step '{call.name}' took longer than {call.timeout_s}s") from None
+        if self.env.inline_sync_steps:
+            result = fn(*args)
+        else:
+            fut = self.env.run_blocking(lambda: fn(*args))
+            if call.timeout_s is None:
+                result = await fut
+            else:
+                try:
+                    result = await asyncio.wait_for(fut, call.timeout_s)
+                except TimeoutError:
+                    raise StepTimeout(f"step '{call.name}' took longer than {call.timeout_s}s") from None
+        if inspect.isawaitable(result):
+            result = await result
+        return result
+
+    def _heartbeat(self, run: Run, seq: int, progress: Any) -> None:
+        if run.dead or self.closed:
+            return
+        r = run.machine.heartbeat(seq, codec.encode(progress))
+        if r is not None:
+            run.append(r)
+
+    # --- checkpoints --------------------------------------------------------------
+
+    def checkpoint_state(self) -> bytes:
+        """Every current run's journal with its LSNs: what recovery needs from before the checkpoint."""
+        out: list[tuple[int, int, bytes]] = []
+        for st in self.wf.values():
+            for lsn, r in zip(st.lsns, st.journal, strict=True):
+                out.append((st.shard, lsn, rec.encode(r)))
+        return msgspec.msgpack.encode(out)
+
+    @staticmethod
+    def checkpoint_records(state: bytes) -> list[tuple[int, int, rec.Record]]:
+        items = msgspec.msgpack.decode(state, type=list[tuple[int, int, bytes]])
+        return [(shard, lsn, rec.decode(data)) for shard, lsn, data in items]

@@ -1,0 +1,409 @@
+"""The public API on the embedded engine: what users rely on, end to end."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import datetime
+import uuid
+from typing import Any
+
+import pytest
+
+import fusee
+from fusee.core import records as rec
+from tests.helpers import until
+
+approve = fusee.signal("approve", int)
+status_q = fusee.query("status")
+add = fusee.update("add", int)
+
+
+def run(coro: Any) -> Any:
+    return asyncio.run(coro)
+
+
+@dataclasses.dataclass
+class Order:
+    item: str
+    qty: int
+
+
+@dataclasses.dataclass
+class Receipt:
+    item: str
+    total: int
+
+
+CALLS: list[str] = []
+
+
+@fusee.workflow("order")
+async def order(ctx: fusee.Ctx, o: Order) -> Receipt:
+    price = await ctx.step("quote", lambda: 7)
+    total = await ctx.step("charge", lambda: price * o.qty)
+    return Receipt(o.item, total)
+
+
+def test_execute_returns_typed_result() -> None:
+    async def main() -> None:
+        async with fusee.Engine.open(workflows=[order]) as engine:
+            r = await engine.execute(order, "o-1", Order("tea", 3))
+            assert r == Receipt("tea", 21)
+            h = engine.get("o-1")
+            assert await h.result() == Receipt("tea", 21)
+            assert engine.describe("o-1").status == "ok"
+
+    run(main())
+
+
+@fusee.workflow("keys")
+async def keys_wf(ctx: fusee.Ctx) -> list[Any]:
+    seen: list[Any] = []
+
+    def flaky(info: fusee.StepInfo) -> str:
+        seen.append((info.key, info.attempt))
+        if info.attempt < 3:
+            raise ConnectionError("try again")
+        return info.key
+
+    key = await ctx.step("flaky", flaky, retry=fusee.Retry(attempts=5, initial="1ms", jitter=0))
+    return [key, [list(s) for s in seen]]
+
+
+def test_retries_keep_one_idempotency_key() -> None:
+    async def main() -> None:
+        async with fusee.Engine.open(workflows=[keys_wf]) as engine:
+            key, seen = await engine.execute(keys_wf, "k-1")
+            assert [a for _, a in seen] == [1, 2, 3]
+            assert {k for k, _ in seen} == {key}
+            h2 = await engine.start(keys_wf, "k-2")
+            key2, _ = await h2.result()
+            assert key2 != key
+
+    run(main())
+
+
+@fusee.workflow("fails")
+async def fails_wf(ctx: fusee.Ctx) -> None:
+    def boom() -> None:
+        raise ValueError("bad card")
+
+    await ctx.step("charge", boom, retry=fusee.Retry(attempts=2, initial="1ms"))
+
+
+def test_step_failure_fails_the_workflow_with_its_cause() -> None:
+    async def main() -> None:
+        async with fusee.Engine.open(workflows=[fails_wf]) as engine:
+            with pytest.raises(fusee.WorkflowFailed, match="bad card") as ei:
+                await engine.execute(fails_wf, "f-1")
+            assert ei.value.status == "failed"
+            assert engine.describe("f-1").status == "failed"
+
+    run(main())
+
+
+@fusee.workflow("non-retryable")
+async def non_retryable_wf(ctx: fusee.Ctx) -> int:
+    attempts: list[int] = []
+
+    def boom(info: fusee.StepInfo) -> None:
+        attempts.append(info.attempt)
+        raise KeyError("nope")
+
+    try:
+        await ctx.step("x", boom, retry=fusee.Retry(attempts=5, initial="1ms", non_retryable=(KeyError,)))
+    except fusee.StepFailed:
+        return len(attempts)
+    return -1
+
+
+def test_non_retryable_errors_fail_at_once_and_can_be_caught() -> None:
+    async def main() -> None:
+        async with fusee.Engine.open(workflows=[non_retryable_wf]) as engine:
+            assert await engine.execute(non_retryable_wf, "n-1") == 1
+
+    run(main())
+
+
+@fusee.workflow("approval")
+async def approval(ctx: fusee.Ctx, timeout: float) -> Any:
+    phase = {"phase": "waiting"}
+    ctx.on_query(status_q, lambda: dict(phase))
+    v = await ctx.wait_for(approve, timeout=timeout)
+    phase["phase"] = "done"
+    return v
+
+
+def test_signal_wakes_a_waiting_workflow_and_query_sees_state() -> None:
+    async def main() -> None:
+        async with fusee.Engine.open(workflows=[approval]) as engine:
+            h = await engine.start(approval, "a-1", 60.0)
+            assert await h.query(status_q) == {"phase": "waiting"}
+            await h.signal(approve, 7)
+            assert await h.result() == 7
+
+    run(main())
+
+
+def test_wait_times_out_with_none() -> None:
+    async def main() -> None:
+        async with fusee.Engine.open(workflows=[approval]) as engine:
+            assert await engine.execute(approval, "a-2", 0.01) is None
+
+    run(main())
+
+
+@fusee.workflow("collect")
+async def collect(ctx: fusee.Ctx, n: int) -> list[int]:
+    out = []
+    await ctx.sleep("let signals arrive", "20ms")
+    for _ in range(n):
+        out.append(await ctx.wait_for(approve))
+    return out
+
+
+def test_signals_are_buffered_in_order_and_deduplicated() -> None:
+    async def main() -> None:
+        async with fusee.Engine.open(workflows=[collect]) as engine:
+            h = await engine.start(collect, "c-1", 3)
+            await engine.signal("c-1", approve, 1, dedup_key="one")
+            await engine.signal("c-1", approve, 1, dedup_key="one")
+            await engine.signal("c-1", approve, 2)
+            await engine.signal("c-1", approve, 3)
+            assert await h.result() == [1, 2, 3]
+
+    run(main())
+
+
+@fusee.workflow("counter")
+async def counter(ctx: fusee.Ctx) -> int:
+    total = 0
+    done = asyncio.Event()
+
+    def validate(n: int) -> None:
+        if n < 0:
+            raise ValueError("only positive amounts")
+
+    async def handle(n: int) -> int:
+        nonlocal total
+        await ctx.step("record", lambda: n)
+        total += n
+        if total >= 10:
+            done.set()
+        return total
+
+    ctx.on_update(add, handle, validator=validate)
+    ctx.on_query(status_q, lambda: total)
+    await done.wait()
+    return total
+
+
+def test_updates_validate_run_once_per_id_and_return_results() -> None:
+    async def main() -> None:
+        async with fusee.Engine.open(workflows=[counter]) as engine:
+            h = await engine.start(counter, "n-1")
+            assert await h.update(add, 3, update_id="u1") == 3
+            assert await h.update(add, 3, update_id="u1") == 3  # same id: same answer, not run again
+            with pytest.raises(ValueError, match="only positive"):
+                await h.update(add, -1)
+            assert await h.query(status_q) == 3
+            assert await h.update(add, 7) == 10
+            assert await h.result() == 10
+            j = await engine.journal("n-1")
+            assert sum(1 for r in j if isinstance(r, rec.Update)) == 2
+
+    run(main())
+
+
+@fusee.workflow("ship")
+async def ship(ctx: fusee.Ctx, item: str) -> str:
+    return await ctx.step("label", lambda: f"label:{item}")
+
+
+@fusee.workflow("parent")
+async def parent(ctx: fusee.Ctx) -> list[str]:
+    a, b = await asyncio.gather(
+        ctx.child(ship, f"{ctx.workflow_id}-ship-a", "a"),
+        ctx.child(ship, f"{ctx.workflow_id}-ship-b", "b"),
+    )
+    h = await ctx.start_child(ship, f"{ctx.workflow_id}-ship-c", "c")
+    return [a, b, h.workflow_id]
+
+
+def test_children_return_results_and_detached_children_run() -> None:
+    async def main() -> None:
+        async with fusee.Engine.open(workflows=[parent, ship], shards=1) as engine:
+            assert await engine.execute(parent, "p-1") == ["label:a", "label:b", "p-1-ship-c"]
+            assert await engine.get("p-1-ship-c").result() == "label:c"
+
+    run(main())
+
+
+@fusee.workflow("compensate")
+async def compensate(ctx: fusee.Ctx) -> str:
+    await ctx.step("reserve", lambda: "r")
+    try:
+        await ctx.wait_for(approve)
+    except fusee.Cancelled:
+        await ctx.step("release", lambda: "undone")
+        raise
+    return "approved"
+
+
+def test_cancel_runs_compensation_and_result_raises_cancelled() -> None:
+    async def main() -> None:
+        async with fusee.Engine.open(workflows=[compensate]) as engine:
+            h = await engine.start(compensate, "x-1")
+            await until(lambda: any(isinstance(r, rec.Wait) for r in engine._rt.wf["x-1"].journal))
+            await h.cancel("customer changed their mind")
+            with pytest.raises(fusee.Cancelled):
+                await h.result()
+            with pytest.raises(fusee.WorkflowFailed) as ei:
+                await h.result()
+            assert ei.value.status == "cancelled"
+            steps = [r.name for r in await engine.journal("x-1") if isinstance(r, rec.Step)]
+            assert steps == ["reserve", "release"]
+
+    run(main())
+
+
+def test_terminate_ends_a_run_without_its_code() -> None:
+    async def main() -> None:
+        async with fusee.Engine.open(workflows=[approval]) as engine:
+            h = await engine.start(approval, "t-1", 3600.0)
+            await h.terminate("ops")
+            with pytest.raises(fusee.WorkflowTerminated):
+                await h.result()
+            assert engine.describe("t-1").status == "terminated"
+            with pytest.raises(fusee.NotFound):
+                await h.signal(approve, 1)
+
+    run(main())
+
+
+@fusee.workflow("looper")
+async def looper(ctx: fusee.Ctx, n: int) -> int:
+    await ctx.step("tick", lambda: n)
+    if n < 3:
+        await ctx.continue_as_new(n + 1)
+    return n * 100
+
+
+def test_continue_as_new_result_follows_the_chain() -> None:
+    async def main() -> None:
+        async with fusee.Engine.open(workflows=[looper]) as engine:
+            h = await engine.start(looper, "l-1", 0)
+            first = h.run_id
+            assert await h.result() == 300
+            assert engine.describe("l-1").run_id != first
+
+    run(main())
+
+
+@fusee.workflow("values")
+async def values(ctx: fusee.Ctx) -> list[Any]:
+    now = ctx.now()
+    r = ctx.random()
+    u = ctx.uuid4()
+    assert isinstance(now, datetime.datetime) and now.tzinfo is not None
+    assert 0 <= r < 1 and isinstance(u, uuid.UUID) and u.version == 4
+    return [now.isoformat(), r, str(u)]
+
+
+def test_recorded_values() -> None:
+    async def main() -> None:
+        async with fusee.Engine.open(workflows=[values]) as engine:
+            _now, _r, _u = await engine.execute(values, "v-1")
+            j = await engine.journal("v-1")
+            kinds = [x.kind for x in j if isinstance(x, rec.Value)]
+            assert kinds == [rec.ValueKind.NOW, rec.ValueKind.RANDOM, rec.ValueKind.UUID]
+
+    run(main())
+
+
+@fusee.workflow("gather")
+async def gather_wf(ctx: fusee.Ctx, n: int) -> list[int]:
+    async def one(i: int) -> int:
+        await ctx.sleep(f"s{i}", f"{(n - i) * 2}ms")
+        return await ctx.step(f"step{i}", lambda: i * i)
+
+    return list(await asyncio.gather(*(one(i) for i in range(n))))
+
+
+def test_concurrent_branches_with_gather() -> None:
+    async def main() -> None:
+        async with fusee.Engine.open(workflows=[gather_wf]) as engine:
+            assert await engine.execute(gather_wf, "g-1", 5) == [0, 1, 4, 9, 16]
+
+    run(main())
+
+
+def test_bad_input_gives_clear_errors() -> None:
+    async def main() -> None:
+        async with fusee.Engine.open(workflows=[order, approval]) as engine:
+            with pytest.raises(fusee.UnknownWorkflow, match="registered: approval, order"):
+                await engine.start(ship, "s-1", "x")
+            with pytest.raises(fusee.UnknownWorkflow):
+                await engine.start("nope", "s-1")
+            with pytest.raises(TypeError, match="non-empty string"):
+                await engine.start(order, 42, Order("a", 1))  # type: ignore[arg-type]
+            with pytest.raises(TypeError):
+                await engine.start(order, "bad-input", object())
+            with pytest.raises(fusee.NotFound):
+                engine.get("missing")
+            with pytest.raises(fusee.NotFound):
+                await engine.signal("missing", approve, 1)
+            await engine.start(approval, "dup", 3600.0)
+            with pytest.raises(fusee.AlreadyExists, match="already running"):
+                await engine.start(approval, "dup", 1.0)
+            same = await engine.start(approval, "dup", 1.0, if_running="attach")
+            assert same.workflow_id == "dup"
+            with pytest.raises(TypeError, match=r"fusee\.signal"):
+                await engine.signal("dup", "approve", 1)  # type: ignore[arg-type]
+        with pytest.raises(fusee.EngineClosed):
+            await engine.start(approval, "late", 1.0)
+
+    run(main())
+
+
+def test_finished_ids_follow_the_finished_policy() -> None:
+    async def main() -> None:
+        async with fusee.Engine.open(workflows=[order]) as engine:
+            assert await engine.execute(order, "o", Order("a", 1)) == Receipt("a", 7)
+            with pytest.raises(fusee.AlreadyExists, match="already ran"):
+                await engine.start(order, "o", Order("a", 2))
+            assert await engine.execute(order, "o", Order("b", 9), if_finished="attach") == Receipt("a", 7)
+            assert await engine.execute(order, "o", Order("b", 2), if_finished="start") == Receipt("b", 14)
+
+    run(main())
+
+
+def test_ctx_outside_workflow_code_is_refused() -> None:
+    leaked: list[fusee.Ctx] = []
+
+    @fusee.workflow("leak")
+    async def leak(ctx: fusee.Ctx) -> None:
+        leaked.append(ctx)
+
+    async def main() -> None:
+        async with fusee.Engine.open(workflows=[leak]) as engine:
+            await engine.execute(leak, "leak-1")
+            with pytest.raises(RuntimeError, match=r"ended|workflow's own code"):
+                await leaked[0].step("x", lambda: 1)
+
+    run(main())
+
+
+def test_sleep_inside_workflow_must_be_durable() -> None:
+    @fusee.workflow("bad-sleep")
+    async def bad_sleep(ctx: fusee.Ctx) -> None:
+        await asyncio.sleep(0.01)
+
+    async def main() -> None:
+        async with fusee.Engine.open(workflows=[bad_sleep]) as engine:
+            await engine.start(bad_sleep, "bs-1")
+            await until(lambda: "bs-1" in engine.stuck())
+            assert "ctx.sleep" in engine.stuck()["bs-1"]
+
+    run(main())
