@@ -214,7 +214,7 @@ class Engine:
             return SharedLog.open(
                 env.storage,
                 dir_path,
-                shards if shards is not None else 1,
+                shards if shards is not None else _existing_shards(env.storage, dir_path),
                 segment_bytes=segment_bytes,
                 blob_threshold=blob_threshold,
                 truncate_corrupt=truncate_corrupt,
@@ -517,6 +517,21 @@ class Engine:
         self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
     ) -> None:
         await self.close()
+
+
+def _existing_shards(storage: Any, path: str) -> int:
+    """The shard count an existing directory was created with (1 for a new one)."""
+    import json
+
+    from fusee.storage.seam import read_whole
+
+    meta = f"{path.rstrip('/')}/meta"
+    try:
+        if storage.exists(meta):
+            return int(json.loads(read_whole(storage, meta))["shards"])
+    except (ValueError, KeyError, TypeError, OSError):
+        pass  # the log's own open reports a damaged meta file clearly
+    return 1
 
 
 def _dedup(key: str | None) -> int:

@@ -431,6 +431,10 @@ class Runtime:
                 self._child_finished(ref, rec.Status.FAILED, err)
                 return
             self.start_workflow(wdef, child.id, child.input, parent=ref, policy=child.flags)
+            parent = self.wf.get(ref.id)
+            if parent is not None and (parent.run_id != ref.run or parent.final):
+                # The parent ended while the start was on its way: the policy applies now.
+                self._apply_close_policy(parent)
             return
         if st.parent != ref:
             err = codec.encode_error(

@@ -30,7 +30,7 @@ def effect(info: fusee.StepInfo, inp: str) -> str:
     out = f"{inp}>{os.urandom(3).hex()}"
     with open(os.path.join(DIR, "effects.txt"), "a") as f:
         f.write(f"{info.key}\t{inp}\t{out}\n")
-    if KILL_AT == f"after-effect:{info.name}":
+    if f"after-effect:{info.name}" == KILL_AT:
         os.kill(os.getpid(), signal.SIGKILL)
     return out
 

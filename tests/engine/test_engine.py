@@ -407,3 +407,156 @@ def test_sleep_inside_workflow_must_be_durable() -> None:
             assert "ctx.sleep" in engine.stuck()["bs-1"]
 
     run(main())
+
+
+def test_reopen_uses_the_directorys_shard_count_and_refuses_another(tmp_path: Any) -> None:
+    async def main() -> None:
+        async with fusee.Engine.open(tmp_path, workflows=[order], shards=3) as engine:
+            await engine.execute(order, "o-1", Order("a", 1))
+        async with fusee.Engine.open(tmp_path, workflows=[order]) as engine:
+            assert await engine.get("o-1").result() == Receipt("a", 7)
+        from fusee.errors import ShardCountMismatch
+
+        with pytest.raises(ShardCountMismatch, match="shards=3"):
+            await fusee.Engine.open(tmp_path, workflows=[order], shards=2)
+
+    run(main())
+
+
+def test_second_engine_on_one_directory_is_refused(tmp_path: Any) -> None:
+    from fusee.errors import DirectoryLocked
+
+    async def main() -> None:
+        async with fusee.Engine.open(tmp_path, workflows=[order]):
+            with pytest.raises(DirectoryLocked, match="in use"):
+                await fusee.Engine.open(tmp_path, workflows=[order])
+
+    run(main())
+
+
+def test_determinism_error_stops_only_that_run_and_fixed_code_replays(tmp_path: Any) -> None:
+    gate = fusee.signal("gate")
+
+    def make(second_step: str) -> fusee.WorkflowDef[Any, Any]:
+        @fusee.workflow("evolving")
+        async def evolving(ctx: fusee.Ctx) -> str:
+            await ctx.step("one", lambda: 1)
+            await ctx.step(second_step, lambda: 2)
+            await ctx.wait_for(gate)
+            return "done"
+
+        return evolving
+
+    good, bad = make("two"), make("renamed")
+
+    async def main() -> None:
+        async with fusee.Engine.open(tmp_path, workflows=[good, order]) as engine:
+            await engine.start(good, "ev-1")
+            await until(lambda: any(isinstance(r, rec.Wait) for r in engine._rt.wf["ev-1"].journal))
+        async with fusee.Engine.open(tmp_path, workflows=[bad, order]) as engine:
+            await until(lambda: "ev-1" in engine.stuck())
+            msg = engine.stuck()["ev-1"]
+            assert "position 1" in msg and "'two'" in msg and "'renamed'" in msg
+            assert engine.describe("ev-1").status == "stuck"
+            # Other workflows are unaffected.
+            assert await engine.execute(order, "o-2", Order("b", 2)) == Receipt("b", 14)
+        async with fusee.Engine.open(tmp_path, workflows=[good, order]) as engine:
+            assert engine.stuck() == {}
+            await engine.signal("ev-1", gate)
+            assert await engine.get("ev-1").result() == "done"
+
+    run(main())
+
+
+@fusee.workflow("pauser")
+async def pauser(ctx: fusee.Ctx) -> str:
+    def flaky(info: fusee.StepInfo) -> str:
+        if info.attempt < 3 and "fixed" not in FIXED:
+            raise ConnectionError("down")
+        return f"ok after attempt {info.attempt}"
+
+    return await ctx.step(
+        "call", flaky, retry=fusee.Retry(attempts=2, initial="1ms", pause_when_exhausted=True)
+    )
+
+
+FIXED: set[str] = set()
+
+
+def test_exhausted_retries_pause_until_resumed() -> None:
+    async def main() -> None:
+        async with fusee.Engine.open(workflows=[pauser]) as engine:
+            h = await engine.start(pauser, "pz-1")
+            await until(lambda: any(isinstance(r, rec.Attempt) and r.retry_at_ms == rec.PAUSED
+                                    for r in engine._rt.wf["pz-1"].journal))
+            assert engine.describe("pz-1").status == "running"
+            FIXED.add("fixed")
+            await h.resume()
+            assert await h.result() == "ok after attempt 1"
+
+    run(main())
+
+
+@fusee.workflow("child-forever")
+async def child_forever(ctx: fusee.Ctx) -> None:
+    await ctx.wait_for(approve)
+
+
+@fusee.workflow("short-parent")
+async def short_parent(ctx: fusee.Ctx, policy: str) -> str:
+    await ctx.start_child(child_forever, f"kid-{policy}", close_policy=policy)
+    return "bye"
+
+
+def test_parent_close_policy_applies_to_children() -> None:
+    async def main() -> None:
+        async with fusee.Engine.open(workflows=[short_parent, child_forever], shards=4) as engine:
+            for policy in ("terminate", "request_cancel", "abandon"):
+                assert await engine.execute(short_parent, f"sp-{policy}", policy) == "bye"
+            await until(lambda: engine.describe("kid-terminate").status == "terminated")
+            await until(lambda: engine.describe("kid-request_cancel").status == "cancelled")
+            assert engine.describe("kid-abandon").status == "running"
+
+    run(main())
+
+
+@fusee.workflow("heartbeats")
+async def heartbeats(ctx: fusee.Ctx) -> list[Any]:
+    def export(info: fusee.StepInfo) -> list[Any]:
+        start = info.progress or 0
+        info.heartbeat(start + 5)
+        if info.attempt == 1:
+            raise ConnectionError("lost the connection at page 5")
+        return [start, info.attempt]
+
+    return await ctx.step("export", export, retry=fusee.Retry(attempts=3, initial="1ms"))
+
+
+def test_heartbeat_progress_reaches_the_next_attempt() -> None:
+    async def main() -> None:
+        async with fusee.Engine.open(workflows=[heartbeats]) as engine:
+            assert await engine.execute(heartbeats, "hb-1") == [5, 2]
+
+    run(main())
+
+
+@fusee.workflow("slow-step")
+async def slow_step(ctx: fusee.Ctx) -> str:
+    async def slow() -> str:
+        await asyncio.sleep(30)
+        return "late"
+
+    try:
+        return await ctx.step("slow", slow, timeout="50ms", retry=fusee.Retry(attempts=2, initial="1ms"))
+    except fusee.StepFailed as e:
+        return f"gave up: {e.error_type}"
+
+
+def test_step_timeout_counts_as_a_failed_attempt() -> None:
+    async def main() -> None:
+        async with fusee.Engine.open(workflows=[slow_step]) as engine:
+            assert (await engine.execute(slow_step, "ss-1")).startswith("gave up: ")
+            attempts = [r for r in await engine.journal("ss-1") if isinstance(r, rec.Attempt)]
+            assert len(attempts) == 1
+
+    run(main())
