@@ -144,6 +144,9 @@ class Engine:
         segment_bytes: int = 64 << 20,
         blob_threshold: int = 256 << 10,
         checkpoint_every: int = 200_000,
+        park_after: float | None = 60.0,
+        max_loaded: int | None = None,
+        retention: float | None = None,
     ) -> _Opening:
         """Opens (or creates) the engine directory ``path`` and recovers it.
 
@@ -167,6 +170,9 @@ class Engine:
                 segment_bytes=segment_bytes,
                 blob_threshold=blob_threshold,
                 checkpoint_every=checkpoint_every,
+                park_after=park_after,
+                max_loaded=max_loaded,
+                retention=retention,
             )
         )
 
@@ -184,6 +190,9 @@ class Engine:
         segment_bytes: int,
         blob_threshold: int,
         checkpoint_every: int,
+        park_after: float | None,
+        max_loaded: int | None,
+        retention: float | None,
     ) -> Engine:
         registry: dict[str, WorkflowDef[Any, Any]] = {}
         for w in workflows:
@@ -234,13 +243,20 @@ class Engine:
         self._closed = False
         self._checkpoint_every = checkpoint_every
         self._committer = GroupCommitter(log, run_blocking=env.run_blocking, inline=env.inline_flush)
-        self._rt = Runtime(env, self._committer, log.shards, registry, retry or Retry())
-        records: list[tuple[int, int, rec.Record]] = []
+        self._rt = Runtime(
+            env,
+            self._committer,
+            log.shards,
+            registry,
+            retry or Retry(),
+            park_after=park_after,
+            max_loaded=max_loaded,
+            retention=retention,
+        )
         if recovery.checkpoint is not None:
-            records.extend(Runtime.checkpoint_records(recovery.checkpoint))
-        records.extend((shard, lsn, rec.decode(data)) for shard, lsn, data in recovery.records)
+            self._rt.load_checkpoint(recovery.checkpoint)
+        self._rt.load((shard, lsn, rec.decode(data)) for shard, lsn, data in recovery.records)
         self.recovered_records = len(recovery.records)
-        self._rt.load(records)
         self._rt.resume_all()
         return self
 
@@ -445,7 +461,8 @@ class Engine:
         self._check_open()
         st = self._rt.current(self._check_id(workflow_id))
         durable = self._rt.durable(st.shard)
-        return [r for r, lsn in zip(st.journal, st.lsns, strict=True) if lsn <= durable]
+        journal, lsns = self._rt.journal_of(st)
+        return [r for r, lsn in zip(journal, lsns, strict=True) if lsn <= durable]
 
     def describe(self, workflow_id: str) -> RunSummary:
         """The workflow's summary. Raises :class:`fusee.NotFound` for an unknown ID."""
@@ -491,6 +508,7 @@ class Engine:
             return
         self._closed = True
         rt = self._rt
+        rt.park_all()
         rt.closed = True
         for st in rt.wf.values():
             if st.run is not None:

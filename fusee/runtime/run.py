@@ -156,6 +156,8 @@ class Run:
         self.update_inflight: dict[str, asyncio.Future[Any]] = {}
         self.cancel_lsn = 0
         self.cancel_requested = False
+        #: Bumped whenever the run goes quiet: a park scheduled before it is stale.
+        self.activity = 0
         for r in journal:
             self._index(r)
 
@@ -265,6 +267,8 @@ class Run:
         task = self.task
         if task is not None and task.done() and not self.finished:
             self._finish(task)
+        elif not self.finished:
+            self.rt.after_pump(self)
 
     def _resolve(self, seq: int, outcome: jm.Outcome) -> None:
         op = self.ops.pop(seq, None)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import heapq
 import inspect
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -54,6 +55,7 @@ class WorkflowState:
         "id",
         "journal",
         "lsns",
+        "packed",
         "parent",
         "payload",
         "run",
@@ -80,10 +82,41 @@ class WorkflowState:
         #: The ending is durable and is not a hand-over to a next run.
         self.final = False
         self.waiters: list[asyncio.Future[None]] = []
+        #: The journal, encoded, while no code of the run is in memory (parked or finished).
+        self.packed: bytes | None = None
 
     @property
     def running(self) -> bool:
         return self.status is None or self.status == rec.Status.CONTINUED
+
+
+def pack(journal: list[rec.Record], lsns: list[int]) -> bytes:
+    """A run's journal as one bytes object: what a parked or finished run keeps in memory."""
+    return msgspec.msgpack.encode([(lsn, rec.encode(r)) for lsn, r in zip(lsns, journal, strict=True)])
+
+
+def unpack(packed: bytes) -> tuple[list[rec.Record], list[int]]:
+    items = msgspec.msgpack.decode(packed, type=list[tuple[int, bytes]])
+    return [rec.decode(data) for _, data in items], [lsn for lsn, _ in items]
+
+
+class CheckpointEntry(msgspec.Struct, array_like=True, gc=False):
+    """One workflow in a checkpoint."""
+
+    id: str
+    shard: int
+    wtype: str
+    run_id: int
+    parent: rec.ParentRef | None
+    #: How the current run ended, or -1 while it runs.
+    status: int
+    #: A parked run's next timer (0: none), or -1 for a run to replay at open.
+    wake_ms: int
+    journal: bytes
+
+
+# Kinds of timer-heap entries.
+FIRE, DEADLINE, WAKE, PARK, EXPIRE = range(5)
 
 
 def shard_of(workflow_id: str, shards: int) -> int:
@@ -108,8 +141,20 @@ class Runtime:
         shards: int,
         workflows: dict[str, WorkflowDef[Any, Any]],
         default_retry: Retry,
+        *,
+        park_after: float | None = 60.0,
+        max_loaded: int | None = None,
+        retention: float | None = None,
     ) -> None:
         self.env = env
+        self.park_after_ms = None if park_after is None else int(park_after * 1000)
+        self.max_loaded = max_loaded
+        self.retention_ms = None if retention is None else int(retention * 1000)
+        self.loaded_runs = 0
+        self._heap: list[tuple[int, int, int, str, int, int, int]] = []
+        self._heap_n = 0
+        self._timer_handle: asyncio.TimerHandle | None = None
+        self._timer_due = 0
         self.committer = committer
         self.log = committer.log
         self._flush_scheduled = False
@@ -123,7 +168,7 @@ class Runtime:
         self._token = 0
         self._tasks: set[asyncio.Task[Any]] = set()
         self.closed = False
-        self.stats = {"steps": 0, "replays": 0, "runs_started": 0}
+        self.stats = {"steps": 0, "replays": 0, "runs_started": 0, "parked": 0, "woken": 0}
 
     # --- log ------------------------------------------------------------
 
@@ -192,12 +237,14 @@ class Runtime:
                 st = self.wf.get(r.id)
                 if st is None:
                     st = self.wf[r.id] = WorkflowState(r.id, shard)
+                if st.run_id:
+                    self.by_run.pop(st.run_id, None)
                 st.wtype = r.wtype
                 st.run_id = r.run
-                if r.parent is not None or not st.journal:
-                    st.parent = r.parent
+                st.parent = r.parent
                 st.journal = [r]
                 st.lsns = [lsn]
+                st.packed = None
                 st.status = None
                 st.payload = b""
                 st.final = False
@@ -206,6 +253,10 @@ class Runtime:
             st2 = self.by_run.get(r.run)
             if st2 is None or st2.run_id != r.run:
                 continue  # a record of a run a later start replaced
+            if st2.packed is not None:
+                # New records for a parked run: it replays at open.
+                st2.journal, st2.lsns = unpack(st2.packed)
+                st2.packed = None
             st2.journal.append(r)
             st2.lsns.append(lsn)
             if type(r) is rec.Done:
@@ -219,7 +270,8 @@ class Runtime:
         """Loads every unfinished run and replays its code; hands over continued runs."""
         for st in list(self.wf.values()):
             if st.status is None:
-                self._load_run(st)
+                if st.packed is None:
+                    self._load_run(st)
             elif st.status == rec.Status.CONTINUED:
                 self._continue(st)
         for st in list(self.wf.values()):
@@ -241,6 +293,7 @@ class Runtime:
             return
         run = Run(self, st.shard, wdef, machine, st.journal, st.lsns)
         st.run = run
+        self.loaded_runs += 1
         if len(st.journal) > 1:
             self.stats["replays"] += 1
         run.start()
@@ -322,6 +375,8 @@ class Runtime:
         machine = jm.RunMachine.fresh(start, lsn)
         run = Run(self, st.shard, wdef, machine, st.journal, st.lsns)
         st.run = run
+        st.packed = None
+        self.loaded_runs += 1
         self.stats["runs_started"] += 1
         run.start()
         return lsn
@@ -332,7 +387,8 @@ class Runtime:
         if wdef is None:
             self.stuck[st.id] = f"workflow type '{st.wtype}' is not registered"
             return
-        start = st.journal[0]
+        journal, _ = self.journal_of(st)
+        start = journal[0]
         policy = start.policy if isinstance(start, rec.Start) else 0
         self._new_run(st, wdef, st.payload, policy)
 
@@ -346,6 +402,7 @@ class Runtime:
         st.status = done.status
         st.payload = done.payload
         st.done_lsn = lsn
+        self.loaded_runs -= 1
         run.kill()
         if done.status == rec.Status.CONTINUED:
             self._continue(st)
@@ -364,10 +421,16 @@ class Runtime:
         if st.parent is not None:
             self._send(self._child_finished, st.parent, st.status, st.payload)
         self._apply_close_policy(st)
+        if st.packed is None and st.run is None:
+            st.packed = pack(st.journal, st.lsns)
+            st.journal, st.lsns = [], []
+        if self.retention_ms is not None:
+            self._push(self.env.now_ms() + self.retention_ms, EXPIRE, st.id, st.run_id)
 
     def _apply_close_policy(self, st: WorkflowState) -> None:
         """The parent ended: its children still running follow their close policy."""
-        for r in st.journal:
+        journal, _ = self.journal_of(st)
+        for r in journal:
             if type(r) is not rec.Child:
                 continue
             assert isinstance(r, rec.Child)
@@ -389,7 +452,7 @@ class Runtime:
 
     def _cancel_quiet(self, wid: str, reason: str) -> None:
         st = self.wf.get(wid)
-        if st is not None and st.run is not None and not self.closed:
+        if st is not None and st.status is None and wid not in self.stuck and not self.closed:
             self.cancel(wid, reason, None)
 
     def on_stuck(self, run: Run, err: FuseeError) -> None:
@@ -447,9 +510,11 @@ class Runtime:
 
     def _child_finished(self, ref: rec.ParentRef, status: rec.Status | None, payload: bytes) -> None:
         st = self.wf.get(ref.id)
-        if st is None or st.run_id != ref.run or st.run is None or status is None:
+        if st is None or st.run_id != ref.run or status is None:
             return
-        run = st.run
+        run = self.loaded(st)
+        if run is None:
+            return
         c = run.children.get(ref.seq)
         if c is None or c.flags & rec.DETACHED:
             return
@@ -468,8 +533,9 @@ class Runtime:
 
     def _signal_quiet(self, target: str, name: str, payload: bytes, key: int) -> None:
         st = self.wf.get(target)
-        if st is not None and st.run is not None:
-            st.run.offer_signal(name, payload, key, None)
+        run = self.loaded(st) if st is not None else None
+        if run is not None:
+            run.offer_signal(name, payload, key, None)
 
     # --- client operations -------------------------------------------------
 
@@ -481,11 +547,12 @@ class Runtime:
 
     def running_run(self, wid: str) -> Run:
         st = self.current(wid)
-        if st.run is None:
+        run = self.loaded(st)
+        if run is None:
             if wid in self.stuck:
                 raise NotFound(f"workflow '{wid}' is stopped: {self.stuck[wid]}")
             raise NotFound(f"workflow '{wid}' is not running (it ended {st.status.name.lower() if st.status is not None else ''})")
-        return st.run
+        return run
 
     def signal(self, wid: str, name: str, payload: bytes, dedup: int, by: bytes | None) -> int:
         run = self.running_run(wid)
@@ -503,6 +570,9 @@ class Runtime:
         if not st.running:
             raise NotFound(f"workflow '{wid}' is not running")
         run = st.run
+        if run is None and st.packed is not None:
+            st.journal, st.lsns = unpack(st.packed)
+            st.packed = None
         done = rec.Done(
             run=st.run_id,
             status=rec.Status.TERMINATED,
@@ -578,31 +648,144 @@ class Runtime:
     # --- timers ---------------------------------------------------------------
 
     def arm_timer(self, run: Run, seq: int, fire_at_ms: int) -> None:
-        delay = max(0.0, (fire_at_ms - self.env.now_ms()) / 1000)
-        self.loop.call_later(delay, self._fire, run, seq)
-
-    def _fire(self, run: Run, seq: int) -> None:
-        if run.dead or self.closed:
-            return
-        if run.machine.complete(seq, jm.Fired()):
-            run.pump()
+        self._push(fire_at_ms, FIRE, run.workflow_id, run.run_id, seq)
 
     def arm_deadline(self, run: Run, seq: int, deadline_ms: int) -> None:
-        delay = max(0.0, (deadline_ms - self.env.now_ms()) / 1000)
-        self.loop.call_later(delay, self._deadline, run, seq)
+        self._push(deadline_ms, DEADLINE, run.workflow_id, run.run_id, seq)
 
-    def _deadline(self, run: Run, seq: int) -> None:
-        if run.dead or self.closed or (not run.machine.step_pending(seq) and not run.machine.is_live_pending(seq)):
+    def _push(self, due_ms: int, kind: int, wid: str, run_id: int, seq: int = 0, extra: int = 0) -> None:
+        """Schedules a timer event; one host timer covers the earliest of them all."""
+        self._heap_n += 1
+        heapq.heappush(self._heap, (due_ms, self._heap_n, kind, wid, run_id, seq, extra))
+        if self._timer_handle is None or due_ms < self._timer_due:
+            self._arm_host_timer()
+
+    def _arm_host_timer(self) -> None:
+        if self._timer_handle is not None:
+            self._timer_handle.cancel()
+            self._timer_handle = None
+        if not self._heap or self.closed:
             return
-        op = run.ops.get(seq)
-        if op is None:
+        due = self._heap[0][0]
+        self._timer_due = due
+        delay = max(0.0, (due - self.env.now_ms()) / 1000)
+        self._timer_handle = self.loop.call_later(delay, self._on_timers)
+
+    def _on_timers(self) -> None:
+        self._timer_handle = None
+        if self.closed:
             return
-        seqs = run.waiting.get(op.name)
-        if not seqs or seq not in seqs:
-            return  # a signal got there first
-        seqs.remove(seq)
-        if run.machine.complete(seq, jm.WaitTimedOut()):
-            run.pump()
+        now = self.env.now_ms()
+        heap = self._heap
+        while heap and heap[0][0] <= now:
+            _, _, kind, wid, run_id, seq, extra = heapq.heappop(heap)
+            try:
+                self._timer_event(kind, wid, run_id, seq, extra)
+            except FuseeError:
+                pass  # the log failed: callers see it; timers have nobody to tell
+        self._arm_host_timer()
+
+    def _timer_event(self, kind: int, wid: str, run_id: int, seq: int, extra: int) -> None:
+        st = self.wf.get(wid)
+        if st is None or st.run_id != run_id:
+            return
+        if kind == EXPIRE:
+            if st.final and st.run is None:
+                del self.wf[wid]
+                self.by_run.pop(run_id, None)
+            return
+        if kind == PARK:
+            run = st.run
+            if run is not None and run.activity == extra and self._parkable(run):
+                self.park(st)
+            return
+        if st.status is not None:
+            return
+        run = self.loaded(st)
+        if run is None or kind == WAKE:
+            return
+        m = run.machine
+        if kind == FIRE:
+            if m.complete(seq, jm.Fired()):
+                run.pump()
+        elif kind == DEADLINE:
+            op = run.ops.get(seq)
+            if op is None:
+                return
+            seqs = run.waiting.get(op.name)
+            if not seqs or seq not in seqs:
+                return  # a signal got there first
+            seqs.remove(seq)
+            if m.complete(seq, jm.WaitTimedOut()):
+                run.pump()
+
+    # --- parking ------------------------------------------------------------------
+
+    def journal_of(self, st: WorkflowState) -> tuple[list[rec.Record], list[int]]:
+        """The current run's records and their LSNs, wherever they are kept."""
+        if st.packed is not None:
+            return unpack(st.packed)
+        return st.journal, st.lsns
+
+    def loaded(self, st: WorkflowState) -> Run | None:
+        """The run's code in memory: a parked run is woken (replayed) first. None once it ended."""
+        if st.run is not None:
+            return st.run
+        if st.status is None and st.packed is not None and st.id not in self.stuck:
+            st.journal, st.lsns = unpack(st.packed)
+            st.packed = None
+            self.stats["woken"] += 1
+            self._load_run(st)
+        return st.run
+
+    def after_pump(self, run: Run) -> None:
+        """A run went quiet: park it once it has stayed suspended for ``park_after``."""
+        if self.park_after_ms is None or not run.machine.is_suspended():
+            return
+        run.activity += 1
+        delay = self.park_after_ms
+        if self.max_loaded is not None and self.loaded_runs > self.max_loaded:
+            delay = 0
+        self._push(self.env.now_ms() + delay, PARK, run.workflow_id, run.run_id, 0, run.activity)
+
+    def _parkable(self, run: Run) -> bool:
+        return (
+            not run.dead
+            and not run.finished
+            and run.stuck is None
+            and not run.pumping
+            and run.machine.is_suspended()
+            and not run.loop.has_ready()
+            and not run.update_waiters
+            and not run.update_by_ordinal
+            and all(c.not_before == rec.PAUSED for c in run.steps.values())
+        )
+
+    def wake_time(self, run: Run) -> int:
+        """When a parked run must come back by itself: its earliest timer or deadline (0: never)."""
+        due = [run.timer_at[s] for s, op in run.ops.items() if op.kind == 1 and s in run.timer_at]
+        due += [
+            run.wait_deadline[s]
+            for s, op in run.ops.items()
+            if op.kind == 2 and run.wait_deadline.get(s, 0) > 0
+        ]
+        return min(due) if due else 0
+
+    def park(self, st: WorkflowState) -> None:
+        """Takes a suspended run's code out of memory; what arrives for it later replays it."""
+        run = st.run
+        assert run is not None and self._parkable(run)
+        st.packed = pack(st.journal, st.lsns)
+        st.journal, st.lsns = [], []
+        st.run = None
+        self.loaded_runs -= 1
+        self.stats["parked"] += 1
+        run.kill()
+
+    def park_all(self) -> None:
+        for st in self.wf.values():
+            if st.run is not None and self._parkable(st.run):
+                self.park(st)
 
     # --- steps ------------------------------------------------------------------
 
@@ -712,14 +895,66 @@ class Runtime:
     # --- checkpoints --------------------------------------------------------------
 
     def checkpoint_state(self) -> bytes:
-        """Every current run's journal with its LSNs: what recovery needs from before the checkpoint."""
-        out: list[tuple[int, int, bytes]] = []
+        """Every workflow's current run: its journal and whether it is parked (and until when).
+
+        Recovery reads this instead of the log before the checkpoint; parked
+        runs stay parked (they are not replayed at open).
+        """
+        out: list[CheckpointEntry] = []
         for st in self.wf.values():
-            for lsn, r in zip(st.lsns, st.journal, strict=True):
-                out.append((st.shard, lsn, rec.encode(r)))
+            if st.packed is not None:
+                journal = st.packed
+                if st.status is None:
+                    wake = self.wake_time_packed(st.packed)
+                else:
+                    wake = -1
+            else:
+                journal = pack(st.journal, st.lsns)
+                wake = -1
+            status = -1 if st.status is None else int(st.status)
+            out.append(CheckpointEntry(st.id, st.shard, st.wtype, st.run_id, st.parent, status, wake, journal))
         return msgspec.msgpack.encode(out)
 
     @staticmethod
-    def checkpoint_records(state: bytes) -> list[tuple[int, int, rec.Record]]:
-        items = msgspec.msgpack.decode(state, type=list[tuple[int, int, bytes]])
-        return [(shard, lsn, rec.decode(data)) for shard, lsn, data in items]
+    def wake_time_packed(packed: bytes) -> int:
+        """A parked run's earliest open timer or wait deadline, from its journal."""
+        journal, _ = unpack(packed)
+        timers: dict[int, int] = {}
+        for r in journal:
+            if type(r) is rec.Timer:
+                assert isinstance(r, rec.Timer)
+                timers[r.seq] = r.fire_at_ms
+            elif type(r) is rec.Wait:
+                assert isinstance(r, rec.Wait)
+                if r.deadline_ms:
+                    timers[r.seq] = r.deadline_ms
+            elif type(r) in (rec.Fired, rec.Waited):
+                timers.pop(r.seq, None)  # type: ignore[union-attr]
+        return min(timers.values()) if timers else 0
+
+    def load_checkpoint(self, state: bytes) -> None:
+        """Rebuilds the workflow table from a checkpoint (before the log after it is loaded)."""
+        for e in msgspec.msgpack.decode(state, type=list[CheckpointEntry]):
+            st = WorkflowState(e.id, e.shard)
+            st.wtype = e.wtype
+            st.run_id = e.run_id
+            st.parent = e.parent
+            self.wf[e.id] = st
+            self.by_run[e.run_id] = st
+            if e.status >= 0:
+                st.packed = e.journal
+                st.status = rec.Status(e.status)
+                journal, lsns = unpack(e.journal)
+                done = journal[-1]
+                if isinstance(done, rec.Done):
+                    st.payload = done.payload
+                    st.done_lsn = lsns[-1]
+                st.final = st.status != rec.Status.CONTINUED
+                if st.status == rec.Status.CONTINUED:
+                    st.journal, st.lsns, st.packed = journal, lsns, None
+            elif e.wake_ms >= 0:
+                st.packed = e.journal
+                if e.wake_ms > 0:
+                    self._push(e.wake_ms, WAKE, e.id, e.run_id)
+            else:
+                st.journal, st.lsns = unpack(e.journal)

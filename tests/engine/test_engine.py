@@ -454,6 +454,8 @@ def test_determinism_error_stops_only_that_run_and_fixed_code_replays(tmp_path: 
             await engine.start(good, "ev-1")
             await until(lambda: any(isinstance(r, rec.Wait) for r in engine._rt.wf["ev-1"].journal))
         async with fusee.Engine.open(tmp_path, workflows=[bad, order]) as engine:
+            # The run was parked at close; the signal wakes it and its replay diverges.
+            await engine.signal("ev-1", gate)
             await until(lambda: "ev-1" in engine.stuck())
             msg = engine.stuck()["ev-1"]
             assert "position 1" in msg and "'two'" in msg and "'renamed'" in msg
@@ -462,7 +464,6 @@ def test_determinism_error_stops_only_that_run_and_fixed_code_replays(tmp_path: 
             assert await engine.execute(order, "o-2", Order("b", 2)) == Receipt("b", 14)
         async with fusee.Engine.open(tmp_path, workflows=[good, order]) as engine:
             assert engine.stuck() == {}
-            await engine.signal("ev-1", gate)
             assert await engine.get("ev-1").result() == "done"
 
     run(main())
