@@ -49,7 +49,18 @@ _CLOSE_POLICIES = {
 class StepCall:
     """A live step's function and options, kept while it may still run (or resume)."""
 
-    __slots__ = ("attempt", "fn", "gate", "name", "not_before", "read_only", "retry", "takes_info", "timeout_s")
+    __slots__ = (
+        "attempt",
+        "fn",
+        "gate",
+        "is_async",
+        "name",
+        "not_before",
+        "read_only",
+        "retry",
+        "takes_info",
+        "timeout_s",
+    )
 
     def __init__(
         self,
@@ -70,25 +81,30 @@ class StepCall:
         self.attempt = attempt
         self.not_before = not_before
         self.gate = gate
-        self.takes_info = _takes_info(fn)
+        self.takes_info, self.is_async, _ = describe_fn(fn)
 
 
-_info_cache: dict[Any, bool] = {}
+_fn_cache: dict[Any, tuple[bool, bool, Any]] = {}
 
 
-def _takes_info(fn: Callable[..., Any]) -> bool:
+def describe_fn(fn: Callable[..., Any]) -> tuple[bool, bool, Any]:
+    """(takes a StepInfo, is a coroutine function, return annotation) of a step function.
+
+    Cached per code object: a loop of steps made from one lambda pays for the
+    inspection once.
+    """
     code = getattr(fn, "__code__", None)
     key = code if code is not None else fn
     try:
-        return _info_cache[key]
+        return _fn_cache[key]
     except (KeyError, TypeError):
         pass
     from fusee.runtime.context import takes_argument
 
-    v = takes_argument(fn)
+    v = (takes_argument(fn), inspect.iscoroutinefunction(fn), _return_type(fn))
     try:
-        if len(_info_cache) < 4096:
-            _info_cache[key] = v
+        if len(_fn_cache) < 4096:
+            _fn_cache[key] = v
     except TypeError:
         pass
     return v
@@ -417,7 +433,7 @@ class Run:
         except DeterminismError as e:
             raise self._determinism(e) from None
         if result_type is None:
-            result_type = _return_type(fn)
+            result_type = describe_fn(fn)[2]
         fut = self._new_op(seq, STEP, name, result_type)
         if start is not jm.REPLAY:
             assert isinstance(start, jm.StepRun)

@@ -862,7 +862,7 @@ class Runtime:
             args: tuple[Any, ...] = (info,)
         else:
             args = ()
-        if inspect.iscoroutinefunction(fn):
+        if call.is_async:
             coro = fn(*args)
             if call.timeout_s is None:
                 return await coro
