@@ -423,6 +423,9 @@ class Engine:
         if inflight is not None:
             return await asyncio.shield(inflight)
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        if run.attach_update(uid, fut):
+            # Accepted before (perhaps in an earlier life) and still running: wait for its answer.
+            return await fut
         run.offer_update(update.name, uid, payload, fut)
         return await fut
 

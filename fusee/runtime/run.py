@@ -650,6 +650,15 @@ class Run:
             raise TypeError("update handlers and validators must be callable")
         self.update_handlers[update.name] = (update, handler, validator)
 
+    def attach_update(self, update_id: str, fut: asyncio.Future[Any]) -> bool:
+        """Makes ``fut`` a waiter of an update the journal accepted already; False if it did not."""
+        for ordinal, uid in self.update_ids.items():
+            if uid == update_id:
+                self.update_by_ordinal.setdefault(ordinal, []).append(fut)
+                self.update_inflight[update_id] = fut
+                return True
+        return False
+
     def offer_update(self, name: str, update_id: str, payload: bytes, fut: asyncio.Future[Any]) -> None:
         token = self.rt.next_token()
         self.update_waiters[token] = fut

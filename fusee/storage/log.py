@@ -1,0 +1,685 @@
+"""The shared log: one append-only log of record batches for all shards of an engine.
+
+Appends go into an in-memory batch (``append`` never blocks and does no I/O).
+A flush takes the whole pending batch as a ``FlushJob``; the job's ``run``
+does the blocking I/O (blobs, then one pwrite and one fdatasync) and may run
+on a worker thread while the owner keeps appending to the next batch.
+``finish_flush`` (owner thread) makes the result visible: every record of the
+batch becomes durable at once. One job is in flight at a time.
+
+Recovery (in ``open``) reads the latest checkpoint, then the segments after
+it, and accepts batches while length, crc, sequence, chain and life agree. An
+invalid batch with nothing valid after it is a torn tail (never acknowledged);
+one followed by valid data is corruption, and ``open`` refuses with
+``LogCorrupted`` unless the operator passes ``truncate_corrupt=True``.
+The format and the rules are described in docs/storage.md.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import errno
+import os
+import random
+import threading
+from collections.abc import Callable, Sequence
+
+from fusee import sabotage
+from fusee.errors import DiskFull, LogCorrupted, LogFailed, StorageError
+from fusee.storage import batch as fmt
+from fusee.storage.batch import BatchBuilder, BatchHeader, BlobRef, SegmentHeader
+from fusee.storage.blobs import read_blob, write_blob
+from fusee.storage.checkpoint import NAME as CKPT_NAME
+from fusee.storage.checkpoint import Checkpoint
+from fusee.storage.directory import EngineDirectory
+from fusee.storage.seam import FileHandle, Storage, read_whole, write_durably
+
+SEG_SUFFIX = ".seg"
+
+
+def segment_name(number: int) -> str:
+    return f"{number:012d}{SEG_SUFFIX}"
+
+
+@dataclasses.dataclass
+class Recovery:
+    """What ``SharedLog.open`` found on disk."""
+
+    #: The opaque state of the latest checkpoint (None: no checkpoint yet).
+    checkpoint: bytes | None
+    #: Per shard, the last LSN the checkpoint's state covers (0 without one).
+    checkpoint_lsns: list[int]
+    #: Every record after the checkpoint, as (shard, lsn, bytes), in log order.
+    records: list[tuple[int, int, bytes]]
+    #: The last segment ended in an invalid batch (a write the crash interrupted).
+    torn_tail: bool = False
+    #: Batches accepted (including those wholly covered by the checkpoint).
+    batches: int = 0
+    segments: int = 0
+    bytes_scanned: int = 0
+    #: Records read from the blob area.
+    blobs: int = 0
+    #: Where the scan stopped: (file, offset) of the end of the valid log.
+    tail: tuple[str, int] | None = None
+    #: ``truncate_corrupt`` cut the log at this damage (file, offset).
+    truncated_at: tuple[str, int] | None = None
+
+
+@dataclasses.dataclass
+class _Segment:
+    number: int
+    path: str
+    #: Per shard, the highest LSN the segment holds (or any earlier one held).
+    max_lsns: list[int]
+    blobs: list[str]
+
+
+class FlushJob:
+    """One batch on its way to disk. ``run`` is the blocking part; call it once, from any thread."""
+
+    def __init__(self, log: SharedLog, builder: BatchBuilder, covers: list[int]) -> None:
+        self._log = log
+        self.builder = builder
+        #: Per shard, the last LSN this batch makes durable.
+        self.covers = covers
+        self.records = builder.records
+        self.error: BaseException | None = None
+        self.finished = False
+        self._state = 0  # 0 new, 1 running, 2 done
+        self._mutex = threading.Lock()
+        self._done = threading.Event()
+
+    @property
+    def done(self) -> bool:
+        return self._state == 2
+
+    def run(self) -> None:
+        """Writes blobs, then the batch, then fdatasyncs. Never raises: a failure is stored in ``error``.
+
+        A second call (or one after ``SharedLog.checkpoint`` ran it) does nothing.
+        """
+        with self._mutex:
+            if self._state != 0:
+                return
+            self._state = 1
+        self._execute()
+
+    def wait(self) -> None:
+        """Makes sure the job ran to completion: runs it here if nobody started it, else waits."""
+        with self._mutex:
+            start = self._state == 0
+            if start:
+                self._state = 1
+        if start:
+            self._execute()
+        else:
+            self._done.wait()
+
+    def _execute(self) -> None:
+        try:
+            self._log._write_batch(self)
+        except BaseException as e:  # stored for finish_flush on the owner thread
+            self.error = e
+        finally:
+            self._state = 2
+            self._done.set()
+
+
+class SharedLog:
+    """The engine's durable log. Owned by one thread; only ``FlushJob.run`` may run elsewhere."""
+
+    def __init__(self, storage: Storage, directory: EngineDirectory, shards: int, *,
+                 segment_bytes: int, blob_threshold: int, align: int, rng: random.Random) -> None:
+        self.storage = storage
+        self.dir = directory
+        self.shards = shards
+        self.segment_bytes = segment_bytes
+        self.blob_threshold = blob_threshold
+        self.align = align
+        self.life = rng.getrandbits(63) | 1  # never 0: zeroed bytes never look like our life
+        self._salt_seed = rng.getrandbits(64)
+        #: Set once an I/O failure made the log unusable: owners must reopen.
+        self.failed: BaseException | None = None
+        self._appended = [0] * shards
+        self._durable = [0] * shards
+        self._builder = BatchBuilder()
+        self._job: FlushJob | None = None
+        self._blob_count = 0
+        self._closed = False
+        # Writer state: touched only while running a job (one at a time) or while no job is in flight.
+        self._segments: list[_Segment] = []
+        self._fh: FileHandle | None = None
+        self._header: SegmentHeader | None = None
+        self._offset = 0
+        self._seq = 0
+        self._prev_crc = 0
+        self._highest_seen = 0  # highest segment number on disk (dead ones included)
+        self._last_segment: tuple[int, int, int, int] = (0, 0, 0, 0)  # (number, end, crc, seq)
+        self._dead: list[int] = []  # segment files recovery found useless
+        #: Called (owner thread) after ``flush``/``checkpoint`` made records durable
+        #: behind the back of whoever drives flushes (the GroupCommitter wakes its waiters).
+        self.on_flushed: Callable[[], None] | None = None
+        self.batches_written = 0
+        self.records_written = 0
+        self.blobs_written = 0
+
+    # --- opening and recovery -------------------------------------------------
+
+    @classmethod
+    def open(cls, storage: Storage, path: str, shards: int, *, segment_bytes: int = 64 << 20,
+             blob_threshold: int = 256 << 10, truncate_corrupt: bool = False,
+             rng: random.Random | None = None, align: int = 4096) -> tuple[SharedLog, Recovery]:
+        """Locks the directory, checks its meta file, recovers, and starts a new segment.
+
+        ``align`` is where batches start (a power of two ≥ 512): no write ever
+        touches a sector that holds an earlier batch. Raises ``DirectoryLocked``,
+        ``ShardCountMismatch``, ``LogCorrupted`` (damage before the tail; with
+        ``truncate_corrupt=True`` the log is cut there instead and the cut
+        reported in ``Recovery.truncated_at``) or ``DiskFull``/``LogFailed``.
+        """
+        if align < 512 or align & (align - 1):
+            raise ValueError(f"align must be a power of two of at least 512, not {align}")
+        if segment_bytes < 2 * align:
+            raise ValueError(f"segment_bytes ({segment_bytes}) must hold at least two blocks of {align}")
+        rng = rng if rng is not None else random.Random(os.urandom(16))
+        directory = EngineDirectory.open(storage, path, shards)
+        log = cls(storage, directory, shards, segment_bytes=segment_bytes,
+                  blob_threshold=blob_threshold, align=align, rng=rng)
+        try:
+            recovery = log._recover(truncate_corrupt)
+            log._start_segment()
+            log._collect_garbage(recovery)
+        except OSError as e:
+            directory.close()
+            raise _io_error(e, "opening the log") from e
+        except BaseException:
+            directory.close()
+            raise
+        return log, recovery
+
+    def _recover(self, truncate_corrupt: bool) -> Recovery:
+        s = self.storage
+        ckpt_path = f"{self.dir.path}/{CKPT_NAME}"
+        ckpt: Checkpoint | None = None
+        if s.exists(ckpt_path):
+            ckpt = Checkpoint.decode(read_whole(s, ckpt_path))
+            if ckpt is None or len(ckpt.lsns) != self.shards:
+                raise LogCorrupted(ckpt_path, 0, "the checkpoint's checksum or shape is wrong")
+        base = list(ckpt.lsns) if ckpt else [0] * self.shards
+        start = ckpt.start_segment if ckpt else 1
+        rec = Recovery(ckpt.state if ckpt else None, list(base), [])
+        scan = _Scan(self, base, rec, truncate_corrupt)
+        numbers = sorted(int(n[:-len(SEG_SUFFIX)]) for n in s.listdir(self.dir.log_dir)
+                         if n.endswith(SEG_SUFFIX) and n[:-len(SEG_SUFFIX)].isdigit())
+        self._dead.extend(n for n in numbers if n < start)  # covered; a crash interrupted their removal
+        scan.run([n for n in numbers if n >= start], start, ckpt is not None)
+        self._appended = list(scan.last)
+        self._durable = list(scan.last)
+        self._last_segment = scan.chain_end
+        rec.blobs = scan.blob_reads
+        return rec
+
+    def _start_segment(self) -> None:
+        """Creates the next segment (preallocated, header synced, name synced)."""
+        prev_number, prev_end, prev_crc, last_seq = self._last_segment
+        number = max(prev_number, self._highest_seen) + 1
+        header = SegmentHeader(self.align, number, self.life, fmt.salt_for(self._salt_seed, number),
+                               last_seq + 1, prev_number, prev_end, prev_crc)
+        path = f"{self.dir.log_dir}/{segment_name(number)}"
+        s = self.storage
+        fh = s.open(path, create=True)
+        try:
+            s.preallocate(fh, self.segment_bytes)
+            raw = header.encode()
+            s.pwrite(fh, raw, 0)
+            s.fdatasync(fh)
+        except BaseException:
+            s.close(fh)
+            try:
+                s.remove(path)  # never leave a half-made segment behind
+            except OSError:
+                pass
+            raise
+        self._fsync_dir(self.dir.log_dir)
+        sealed = SegmentHeader.decode(raw)  # the same header, now with its crc
+        assert sealed is not None
+        if self._fh is not None:
+            s.close(self._fh)
+        self._fh, self._header = fh, sealed
+        self._offset = self.align
+        self._seq = last_seq
+        self._prev_crc = sealed.chain_start()
+        self._highest_seen = number
+        carried = self._segments[-1].max_lsns if self._segments else list(self._durable)
+        self._segments.append(_Segment(number, path, list(carried), []))
+        self._last_segment = (number, self._offset, self._prev_crc, last_seq)
+
+    def _collect_garbage(self, rec: Recovery) -> None:
+        """Removes segments wholly covered by the checkpoint, dead segment tails and orphan blobs."""
+        s = self.storage
+        for n in self._dead:
+            s.remove(f"{self.dir.log_dir}/{segment_name(n)}")
+        keep = {b for seg in self._segments for b in seg.blobs}
+        orphans = [name for name in s.listdir(self.dir.blob_dir) if name not in keep]
+        for name in orphans:
+            s.remove(f"{self.dir.blob_dir}/{name}")
+        if self._dead:
+            self._fsync_dir(self.dir.log_dir)
+        if orphans:
+            self._fsync_dir(self.dir.blob_dir)
+        self._dead = []
+
+    # --- the owner's API ------------------------------------------------------
+
+    def append(self, shard: int, data: bytes | bytearray | memoryview) -> int:
+        """Adds a record to the pending batch and returns its shard-local LSN (1, 2, 3...).
+
+        Does no I/O and never blocks. The record is durable once ``durable(shard)``
+        reaches the LSN. Raises ``LogFailed`` (or ``DiskFull``) once the log failed.
+        """
+        if self.failed is not None:
+            raise self.failure()
+        if self._closed:
+            raise LogFailed("the log is closed: reopen the engine directory to append")
+        lsn = self._appended[shard] + 1
+        self._appended[shard] = lsn
+        b = self._builder
+        if shard != b.shard:
+            b.open_section(shard, lsn)
+        n = len(data)
+        if n > self.blob_threshold:
+            payload = bytes(data)
+            self._blob_count += 1
+            ref = BlobRef(self.life, self._blob_count, n, fmt.crc(payload))
+            b.blobs.append((ref, payload))
+            b.buf += fmt.U32.pack(fmt.BLOB_FLAG)
+            b.buf += fmt.BLOB_REF.pack(ref.life, ref.number, ref.size, ref.crc)
+        else:
+            assert n <= fmt.MAX_RECORD
+            b.buf += fmt.U32.pack(n)
+            b.buf += data
+        b.count += 1
+        b.records += 1
+        return lsn
+
+    def appended(self, shard: int) -> int:
+        """The last LSN given out for ``shard`` (0: none yet)."""
+        return self._appended[shard]
+
+    def durable(self, shard: int) -> int:
+        """The last LSN of ``shard`` known durable (every record up to it survives a crash)."""
+        return self._durable[shard]
+
+    def durable_lsns(self) -> list[int]:
+        return list(self._durable)
+
+    def appended_lsns(self) -> list[int]:
+        return list(self._appended)
+
+    @property
+    def pending_records(self) -> int:
+        """Records appended that no flush has taken yet."""
+        return self._builder.records
+
+    def has_pending(self) -> bool:
+        """Whether records were appended that no flush has taken yet."""
+        return self._builder.records > 0
+
+    @property
+    def flushing(self) -> bool:
+        """Whether a flush job is in flight (begun, not yet finished)."""
+        return self._job is not None
+
+    def begin_flush(self) -> FlushJob | None:
+        """Takes everything appended so far as one job; None if nothing is pending, a job is in flight or the log failed."""
+        if self.failed is not None or self._job is not None or self._builder.records == 0:
+            return None
+        b = self._builder
+        b.close_section()
+        self._builder = BatchBuilder()
+        self._job = FlushJob(self, b, list(self._appended))
+        return self._job
+
+    def finish_flush(self, job: FlushJob) -> list[int]:
+        """Makes a completed job's records durable and returns the durable LSN per shard.
+
+        If the job failed, the log fails for good (the fdatasync is never
+        retried: the page cache cannot be trusted after it) and this raises
+        ``LogFailed`` or ``DiskFull``. Calling it again for the same job
+        returns the same outcome.
+        """
+        if job.finished:
+            if job.error is not None:
+                raise self.failure()
+            return list(self._durable)
+        assert job is self._job, "finish_flush got a job this log did not begin"
+        assert job.done, "finish_flush called before the job's run() returned"
+        job.finished = True
+        self._job = None
+        if job.error is not None:
+            self._fail(job.error)
+            raise self.failure()
+        for i, lsn in enumerate(job.covers):
+            if lsn > self._durable[i]:
+                self._durable[i] = lsn
+        return list(self._durable)
+
+    def flush(self) -> list[int]:
+        """Blocks until everything appended so far is durable (finishing any job in flight); returns the durable LSNs."""
+        if self.failed is not None:
+            raise self.failure()
+        if self._job is not None:
+            job = self._job
+            job.wait()
+            self.finish_flush(job)
+        job2 = self.begin_flush()
+        if job2 is not None:
+            job2.run()
+            self.finish_flush(job2)
+        if self.on_flushed is not None:
+            self.on_flushed()
+        return list(self._durable)
+
+    def checkpoint(self, state: bytes, covers: Sequence[int] | None = None) -> None:
+        """Durably records ``state`` as covering, per shard, every record up to ``covers`` (default: all appended).
+
+        Flushes pending records first (blocking), then writes the checkpoint
+        (temp file, fdatasync, rename, directory fsync) and deletes segments the
+        checkpoint wholly covers. After it returns, recovery starts from this
+        checkpoint. An I/O failure fails the log like a failed flush.
+        """
+        covered = list(self._appended) if covers is None else list(covers)
+        assert len(covered) == self.shards
+        assert all(0 <= c <= a for c, a in zip(covered, self._appended, strict=True)), \
+            "a checkpoint cannot cover records that were never appended"
+        self.flush()
+        start = self._segments[-1].number
+        for seg in self._segments:
+            if any(m > c for m, c in zip(seg.max_lsns, covered, strict=True)):
+                start = seg.number
+                break
+        try:
+            write_durably(self.storage, self.dir.path, CKPT_NAME,
+                          Checkpoint(tuple(covered), start, bytes(state)).encode())
+            gone = [seg for seg in self._segments if seg.number < start]
+            for seg in gone:
+                self.storage.remove(seg.path)
+                for b in seg.blobs:
+                    self.storage.remove(f"{self.dir.blob_dir}/{b}")
+            if gone:
+                self._fsync_dir(self.dir.log_dir)
+                if any(seg.blobs for seg in gone):
+                    self._fsync_dir(self.dir.blob_dir)
+        except OSError as e:
+            self._fail(e)
+            raise self.failure() from e
+        self._segments = [seg for seg in self._segments if seg.number >= start]
+
+    def close(self) -> None:
+        """Releases the segment and the directory lock. Pending (unflushed) records are dropped: ``flush`` first."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._job is not None and not self._job.done:
+            self._job.wait()
+        if self._fh is not None:
+            try:
+                self.storage.close(self._fh)
+            except OSError:
+                pass  # a crashed SimDisk already closed it; nothing to release
+            self._fh = None
+        self.dir.close()
+
+    @property
+    def segment_numbers(self) -> list[int]:
+        """Segments the log still holds (oldest first)."""
+        return [seg.number for seg in self._segments]
+
+    # --- the writer (FlushJob.run) ------------------------------------------------
+
+    def _write_batch(self, job: FlushJob) -> None:
+        s = self.storage
+        b = job.builder
+        names: list[str] = []
+        for ref, payload in b.blobs:
+            write_blob(s, self.dir.blob_dir, ref, payload)
+            names.append(ref.name)
+        if names:
+            self._fsync_dir(self.dir.blob_dir)
+        total = fmt.align_up(len(b.buf), self.align)
+        if self._offset + total > self.segment_bytes and self._offset > self.align:
+            self._start_segment()
+        assert self._header is not None and self._fh is not None
+        seq = self._seq + 1
+        value = fmt.seal(b.buf, salt=self._header.salt, sections=b.sections, records=b.records,
+                         seq=seq, prev_crc=self._prev_crc, life=self.life)
+        s.pwrite(self._fh, b.buf, self._offset)
+        try:
+            s.fdatasync(self._fh)
+        except OSError:
+            if not sabotage.active.retry_failed_fsync:
+                raise
+            s.fdatasync(self._fh)  # sabotage: trusts the page cache after a failed sync
+        self._offset += total
+        self._seq = seq
+        self._prev_crc = value
+        seg = self._segments[-1]
+        seg.max_lsns = list(job.covers)
+        seg.blobs.extend(names)
+        self._last_segment = (seg.number, self._offset, value, seq)
+        self.batches_written += 1
+        self.records_written += b.records
+        self.blobs_written += len(names)
+
+    # --- helpers ------------------------------------------------------------------
+
+    def _fsync_dir(self, path: str) -> None:
+        if not sabotage.active.skip_dir_fsync:
+            self.storage.fsync_dir(path)
+
+    def _fail(self, error: BaseException) -> None:
+        if self.failed is None:
+            self.failed = _io_error(error, "flushing the log")
+
+    def failure(self) -> LogFailed:
+        assert self.failed is not None
+        err = self.failed
+        again = type(err)(*err.args) if isinstance(err, LogFailed) else LogFailed(str(err))
+        again.__cause__ = err
+        return again
+
+
+def _io_error(error: BaseException, doing: str) -> StorageError:
+    """The storage error an OSError (or other failure) becomes."""
+    if isinstance(error, StorageError):
+        return error
+    if isinstance(error, OSError) and error.errno == errno.ENOSPC:
+        return DiskFull(
+            f"the disk is full ({doing}): nothing acknowledged is lost, but the log takes no more "
+            "records. Free space and reopen the engine directory."
+        )
+    return LogFailed(
+        f"I/O failure {doing}: {error}. Records not yet acknowledged are not durable and the "
+        "log takes no more (a failed sync is never retried). Close the engine and reopen the "
+        "directory; recovery reads what the disk really holds."
+    )
+
+
+class _Scan:
+    """Recovery's walk over the segments after the checkpoint."""
+
+    def __init__(self, log: SharedLog, base: list[int], rec: Recovery, truncate: bool) -> None:
+        self.log = log
+        self.s = log.storage
+        self.base = base
+        self.rec = rec
+        self.truncate = truncate
+        #: Per shard, the highest LSN seen (starting from the checkpoint's).
+        self.last = list(base)
+        self.seen = [False] * log.shards
+        #: Per shard, the LSN of the record seen last in the scan.
+        self.prev = [0] * log.shards
+        self.blob_reads = 0
+        self.seg_blobs: list[str] = []
+        #: (segment, valid end, last crc, last seq) of the last valid segment: the next one chains to it.
+        self.chain_end: tuple[int, int, int, int] = (0, 0, 0, 0)
+
+    def corrupt(self, path: str, offset: int, reason: str) -> None:
+        """Damage before the tail: refuse, or (the operator's choice) note the cut and go on."""
+        if not self.truncate:
+            raise LogCorrupted(path, offset, reason)
+        self.rec.truncated_at = (path, offset)
+
+    def run(self, numbers: list[int], start: int, has_ckpt: bool) -> None:
+        log, s = self.log, self.s
+        log._highest_seen = max(numbers, default=max(start - 1, 0))
+        paths = {n: f"{log.dir.log_dir}/{segment_name(n)}" for n in numbers}
+        raw = {n: read_whole(s, paths[n]) for n in numbers}
+        headers = {n: SegmentHeader.decode(raw[n]) for n in numbers}
+        first = True
+        for i, n in enumerate(numbers):
+            h = headers[n]
+            later = next((headers[m] for m in numbers[i + 1:] if headers[m] is not None), None)
+            if h is None:
+                # A bad header is a dead tail (its creation never became durable) only
+                # if no batch is in the file and the next valid segment skips it.
+                holds_batches = fmt.BATCH_MAGIC_BYTES in raw[n][512:]
+                if holds_batches or (later is not None and later.prev_segment >= n):
+                    self.corrupt(paths[n], 0, "the segment header is damaged")
+                    return self._cut(numbers[i:])
+                log._dead.append(n)
+                continue
+            if first:
+                ok = n == start if has_ckpt else h.prev_segment == 0
+                if not ok:
+                    missing = start if has_ckpt else 1
+                    self.corrupt(paths[n], 0, f"segment {missing} before it is missing")
+                    return self._cut(numbers[i:])
+            else:
+                end_num, end_off, end_crc, end_seq = self.chain_end
+                if (h.prev_segment, h.prev_end, h.prev_crc, h.base_seq) != (
+                        end_num, end_off, end_crc, end_seq + 1):
+                    self.corrupt(paths.get(end_num, paths[n]), end_off,
+                                 "the log ends before the point the next segment records")
+                    return self._cut(numbers[i:])
+            first = False
+            bound = later.prev_end if later is not None and later.prev_segment == n else None
+            self.rec.segments += 1
+            if not self._scan_segment(paths[n], raw[n], h, bound):
+                return self._cut(numbers[i + 1:])
+        if first and has_ckpt:
+            self.corrupt(f"{log.dir.log_dir}/{segment_name(start)}", 0,
+                         "the segment the checkpoint starts from is missing")
+        return None
+
+    def _cut(self, gone: list[int]) -> None:
+        """truncate_corrupt: drops the given segments (everything after the damage)."""
+        assert self.rec.truncated_at is not None
+        self.log._dead.extend(gone)
+
+    def _scan_segment(self, path: str, data: bytes, h: SegmentHeader, bound: int | None) -> bool:
+        """Accepts the segment's batches; False if it was cut at damage (truncate_corrupt)."""
+        off = h.align
+        seq = h.base_seq
+        prev = h.chain_start()
+        view = memoryview(data)
+        limit = len(data) if bound is None else min(bound, len(data))
+        torn = False
+        reason = "the segment ends before its recorded end"
+        self.seg_blobs = []
+        while off < limit:
+            bh = BatchHeader.decode(view, off)
+            if bh is None:
+                torn = any(view[off:off + fmt.BATCH_HEADER.size])
+                reason = "no batch header where one should be"
+                break
+            end = off + bh.length
+            good = (end <= len(data) and bh.life == h.life and bh.seq == seq and bh.prev_crc == prev
+                    and fmt.batch_crc(view[off:end], h.salt) == bh.crc)
+            if not good:
+                torn = True
+                reason = "a batch fails its length, checksum, sequence, chain or life check"
+                if (bound is None and sabotage.active.accept_torn_batch and end <= len(data)
+                        and bh.life == h.life and self._accept(path, off, view[off:end], bh)):
+                    off += fmt.align_up(bh.length, h.align)
+                    seq += 1
+                    prev = bh.crc
+                break
+            if not self._accept(path, off, view[off:end], bh):
+                reason = "a batch with a valid checksum does not parse"
+                torn = True
+                break
+            off += fmt.align_up(bh.length, h.align)
+            seq += 1
+            prev = bh.crc
+        self.rec.bytes_scanned += off
+        self.chain_end = (h.segment, off, prev, seq - 1)
+        self.log._segments.append(_Segment(h.segment, path, list(self.last), self.seg_blobs))
+        damaged = (off != bound) if bound is not None else (
+            off < len(data) and self._valid_after(view, off, h, seq))
+        if damaged:
+            self.corrupt(path, off, reason)
+            self._truncate_file(path, off)
+            self.rec.tail = (path, off)
+            return False
+        self.rec.torn_tail = bound is None and torn
+        self.rec.tail = (path, off)
+        return True
+
+    def _valid_after(self, view: memoryview, off: int, h: SegmentHeader, seq: int) -> bool:
+        """Whether any intact batch of this life follows ``off`` (then the damage is not a tail)."""
+        data = view.obj
+        assert isinstance(data, bytes)
+        pos = off + 1
+        while True:
+            pos = data.find(fmt.BATCH_MAGIC_BYTES, pos)
+            if pos < 0:
+                return False
+            if pos % h.align == 0:
+                bh = BatchHeader.decode(view, pos)
+                if (bh is not None and bh.life == h.life and bh.seq >= seq
+                        and pos + bh.length <= len(data)
+                        and fmt.batch_crc(view[pos:pos + bh.length], h.salt) == bh.crc):
+                    return True
+            pos += 1
+
+    def _accept(self, path: str, off: int, batch: memoryview, bh: BatchHeader) -> bool:
+        try:
+            records = fmt.parse_body(batch, bh.sections, bh.records)
+        except fmt.MalformedBatch:
+            return False
+        if any(shard >= len(self.last) for shard, _, _ in records):
+            return False
+        last, base, out = self.last, self.base, self.rec.records
+        prev = self.prev
+        for shard, lsn, payload in records:
+            # Positions run on by one from the first one seen (which the checkpoint may cover).
+            ok = (lsn == prev[shard] + 1) if self.seen[shard] else (lsn <= base[shard] + 1)
+            if not ok:
+                raise LogCorrupted(path, off, f"shard {shard} jumps to position {lsn} after {prev[shard]}")
+            self.seen[shard] = True
+            prev[shard] = lsn
+            last[shard] = max(last[shard], lsn)
+            if isinstance(payload, BlobRef):
+                self.seg_blobs.append(payload.name)
+            if lsn <= base[shard]:
+                continue  # the checkpoint's state holds it
+            if isinstance(payload, BlobRef):
+                data = read_blob(self.s, self.log.dir.blob_dir, payload)
+                if data is None:
+                    raise LogCorrupted(f"{self.log.dir.blob_dir}/{payload.name}", 0,
+                                       "a blob that an intact batch references is missing or damaged")
+                self.blob_reads += 1
+                out.append((shard, lsn, data))
+            else:
+                out.append((shard, lsn, payload))
+        self.rec.batches += 1
+        return True
+
+    def _truncate_file(self, path: str, off: int) -> None:
+        fh = self.s.open(path)
+        try:
+            self.s.truncate(fh, off)
+            self.s.fdatasync(fh)
+        finally:
+            self.s.close(fh)

@@ -1,0 +1,116 @@
+"""``PosixStorage``: the storage seam on the real file system (``os`` calls, ``flock``)."""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+
+from fusee.errors import DirectoryLocked
+from fusee.storage.seam import FileHandle, LockHandle
+
+#: Zeros written per call when preallocating: big enough to be fast, small
+#: enough not to hold much memory.
+_ZERO_CHUNK = bytes(1 << 20)
+
+
+class PosixStorage:
+    """The real disk. File handles are OS file descriptors.
+
+    ``preallocate`` writes real zeros (not ``fallocate``): on ext4 a write into
+    an unwritten extent still commits metadata at ``fdatasync``, which measured
+    ~50 µs slower per sync than writing into zeroed blocks.
+    """
+
+    def open(self, path: str, *, create: bool = False) -> FileHandle:
+        flags = os.O_RDWR | os.O_CLOEXEC | (os.O_CREAT if create else 0)
+        return os.open(path, flags, 0o644)
+
+    def close(self, fh: FileHandle) -> None:
+        os.close(fh)
+
+    def pwrite(self, fh: FileHandle, data: bytes | bytearray | memoryview, offset: int) -> None:
+        view = memoryview(data)
+        while view:
+            n = os.pwrite(fh, view, offset)
+            view = view[n:]
+            offset += n
+
+    def pread(self, fh: FileHandle, size: int, offset: int) -> bytes:
+        parts = []
+        while size > 0:
+            chunk = os.pread(fh, size, offset)
+            if not chunk:
+                break
+            parts.append(chunk)
+            size -= len(chunk)
+            offset += len(chunk)
+        return b"".join(parts)
+
+    def fdatasync(self, fh: FileHandle) -> None:
+        os.fdatasync(fh)
+
+    def fsync_dir(self, path: str) -> None:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def size(self, fh: FileHandle) -> int:
+        return os.fstat(fh).st_size
+
+    def truncate(self, fh: FileHandle, size: int) -> None:
+        os.ftruncate(fh, size)
+
+    def preallocate(self, fh: FileHandle, size: int) -> None:
+        offset = os.fstat(fh).st_size
+        while offset < size:
+            n = min(len(_ZERO_CHUNK), size - offset)
+            self.pwrite(fh, memoryview(_ZERO_CHUNK)[:n], offset)
+            offset += n
+
+    def rename(self, src: str, dst: str) -> None:
+        os.replace(src, dst)
+
+    def remove(self, path: str) -> None:
+        os.remove(path)
+
+    def listdir(self, path: str) -> list[str]:
+        return sorted(os.listdir(path))
+
+    def exists(self, path: str) -> bool:
+        return os.path.exists(path)
+
+    def makedirs(self, path: str) -> None:
+        os.makedirs(path, exist_ok=True)
+
+    def lock(self, path: str) -> LockHandle:
+        """An exclusive ``flock`` on ``path``, which then holds our PID (for the error others get).
+
+        ``flock`` belongs to the open file description, so a second open of the
+        same directory inside this process is refused too.
+        """
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            holder = _read_pid(fd)
+            os.close(fd)
+            if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                raise DirectoryLocked(os.path.dirname(path) or path, holder) from None
+            raise
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        return fd
+
+    def unlock(self, handle: LockHandle) -> None:
+        # Closing drops the flock; the PID stays in the file, harmless once unlocked.
+        os.close(handle)
+
+
+def _read_pid(fd: int) -> int | None:
+    try:
+        return int(os.pread(fd, 32, 0).decode().strip())
+    except (OSError, ValueError):
+        return None

@@ -1,0 +1,123 @@
+"""The storage seam: every file operation the engine makes goes through a ``Storage``.
+
+The log, checkpoints and blobs never call ``os`` directly, so the simulator can
+put a simulated disk (``SimDisk``) under the unchanged log code. Paths are plain
+strings; file handles are opaque values that only the storage that issued them
+understands. Failures are ``OSError`` with a meaningful ``errno`` (``EIO`` for a
+failed sync, ``ENOSPC`` for a full disk), exactly as the OS reports them.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol, TypeAlias
+
+from fusee import sabotage
+
+#: An open file, as issued by ``Storage.open``. Opaque to callers.
+FileHandle: TypeAlias = Any
+#: A held directory lock, as issued by ``Storage.lock``. Opaque to callers.
+LockHandle: TypeAlias = Any
+
+
+class Storage(Protocol):
+    """A file system as the engine sees it.
+
+    Writes become durable only once ``fdatasync`` of the file returned (and, for
+    a file's name, once ``fsync_dir`` of its directory returned): a crash may
+    lose or tear anything written since.
+    """
+
+    def open(self, path: str, *, create: bool = False) -> FileHandle:
+        """Opens ``path`` for reading and writing (creating it empty when ``create``)."""
+        ...
+
+    def close(self, fh: FileHandle) -> None:
+        """Releases the handle; unsynced writes stay in the cache."""
+        ...
+
+    def pwrite(self, fh: FileHandle, data: bytes | bytearray | memoryview, offset: int) -> None:
+        """Writes all of ``data`` at ``offset`` (extending the file if needed)."""
+        ...
+
+    def pread(self, fh: FileHandle, size: int, offset: int) -> bytes:
+        """Reads up to ``size`` bytes at ``offset`` (fewer at the end of the file)."""
+        ...
+
+    def fdatasync(self, fh: FileHandle) -> None:
+        """Makes the file's data (and its size) durable; raises ``OSError`` if it cannot."""
+        ...
+
+    def fsync_dir(self, path: str) -> None:
+        """Makes the directory's entries (creations, renames, removals) durable."""
+        ...
+
+    def size(self, fh: FileHandle) -> int:
+        """The file's current size in bytes."""
+        ...
+
+    def truncate(self, fh: FileHandle, size: int) -> None:
+        """Cuts (or extends with zeros) the file to ``size`` bytes."""
+        ...
+
+    def preallocate(self, fh: FileHandle, size: int) -> None:
+        """Reserves ``size`` bytes of zeros so later writes in range need no allocation."""
+        ...
+
+    def rename(self, src: str, dst: str) -> None:
+        """Atomically renames ``src`` to ``dst`` (replacing ``dst``)."""
+        ...
+
+    def remove(self, path: str) -> None:
+        """Removes a file."""
+        ...
+
+    def listdir(self, path: str) -> list[str]:
+        """Names in a directory, sorted."""
+        ...
+
+    def exists(self, path: str) -> bool:
+        """Whether a file or directory exists at ``path``."""
+        ...
+
+    def makedirs(self, path: str) -> None:
+        """Creates a directory and its parents (no error if it exists)."""
+        ...
+
+    def lock(self, path: str) -> LockHandle:
+        """Takes an exclusive lock on the file ``path`` (created if needed) for this process.
+
+        Raises ``DirectoryLocked`` naming the holder's PID when another holder has it.
+        """
+        ...
+
+    def unlock(self, handle: LockHandle) -> None:
+        """Releases a lock taken by ``lock``."""
+        ...
+
+
+def read_whole(storage: Storage, path: str) -> bytes:
+    """The whole content of the file at ``path``."""
+    fh = storage.open(path)
+    try:
+        return storage.pread(fh, storage.size(fh), 0)
+    finally:
+        storage.close(fh)
+
+
+def write_durably(storage: Storage, directory: str, name: str, data: bytes) -> None:
+    """Replaces ``directory/name`` with ``data`` atomically and durably.
+
+    Temp file, fdatasync, rename, directory fsync: after a crash the file holds
+    either the old or the new content, never a mix.
+    """
+    tmp = f"{directory}/{name}.tmp"
+    fh = storage.open(tmp, create=True)
+    try:
+        storage.truncate(fh, 0)
+        storage.pwrite(fh, data, 0)
+        storage.fdatasync(fh)
+    finally:
+        storage.close(fh)
+    storage.rename(tmp, f"{directory}/{name}")
+    if not sabotage.active.skip_dir_fsync:
+        storage.fsync_dir(directory)

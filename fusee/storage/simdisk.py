@@ -1,0 +1,373 @@
+"""``SimDisk``: an in-memory disk with a volatile cache and the crash model of DESIGN §9.
+
+Used by the storage tests and by the simulator. Every write lands in a cache
+(what reads see) and reaches the "platter" only through a successful
+``fdatasync``; names reach it only through ``fsync_dir``. ``crash()`` then
+decides, from the seeded ``rng``, what each unsynced write left behind:
+
+* per 512-byte sector: written, dropped, or torn (a prefix of the new bytes
+  followed by garbage, so partial sectors happen);
+* a file that grew may come back at its old size, its new size or in between,
+  and garbage may appear just past its old end;
+* directory operations since the directory's last fsync survive as a prefix,
+  in order (like a journaling file system): a new or renamed file may vanish
+  or keep its old name.
+
+A failed ``fdatasync`` (random at ``fail_flush_rate``, or forced with
+``fail_next_fdatasync``) resolves the covered sectors the same way at once and
+marks them clean, as Linux does: a later successful sync does not bring them
+back, although reads still show the new bytes until the next crash.
+
+No threads, no real I/O, no clock: the same rng seed gives the same disk.
+Directories are created durable at once (the engine makes them at setup).
+It is not thread-safe; the log touches storage from one thread at a time.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import errno
+import itertools
+import posixpath
+import random
+
+from fusee.errors import DirectoryLocked
+from fusee.storage.seam import FileHandle, LockHandle
+
+SECTOR = 512
+
+
+class _Inode:
+    __slots__ = ("data", "dirty", "disk", "serial")
+
+    def __init__(self, serial: int) -> None:
+        self.serial = serial
+        self.data = bytearray()  # what reads see (cache)
+        self.disk = bytearray()  # what is surely on the platter
+        self.dirty: set[int] = set()  # sectors written since the last sync
+
+
+@dataclasses.dataclass
+class _Dir:
+    durable: dict[str, _Inode] = dataclasses.field(default_factory=dict)
+    current: dict[str, _Inode] = dataclasses.field(default_factory=dict)
+    # ("link", name, inode) | ("unlink", name, None) | ("rename", src, dst)
+    pending: list[tuple[str, str, object]] = dataclasses.field(default_factory=list)
+
+
+class _Handle:
+    __slots__ = ("inode", "open", "path")
+
+    def __init__(self, path: str, inode: _Inode) -> None:
+        self.path = path
+        self.inode = inode
+        self.open = True
+
+
+@dataclasses.dataclass
+class SimDiskStats:
+    """What the disk was asked to do (for reports and tests)."""
+
+    writes: int = 0
+    bytes_written: int = 0
+    fdatasyncs: int = 0
+    failed_fdatasyncs: int = 0
+    dir_fsyncs: int = 0
+    enospc: int = 0
+    crashes: int = 0
+    sectors_kept: int = 0
+    sectors_dropped: int = 0
+    sectors_torn: int = 0
+
+
+class SimDisk:
+    """An in-memory ``Storage`` whose unsynced writes a ``crash()`` may lose or tear."""
+
+    def __init__(self, rng: random.Random, *, fail_flush_rate: float = 0.0, tear: bool = True,
+                 pid: int = 4242) -> None:
+        assert 0.0 <= fail_flush_rate <= 1.0
+        self.rng = rng
+        self.fail_flush_rate = fail_flush_rate
+        #: Whether a crash may tear sectors (else each is written or dropped whole).
+        self.tear = tear
+        #: The PID the simulated process reports as lock holder.
+        self.pid = pid
+        self.stats = SimDiskStats()
+        self._dirs: dict[str, _Dir] = {"/": _Dir()}
+        self._handles: list[_Handle] = []
+        self._locks: dict[str, int] = {}
+        self._serials = itertools.count(1)
+        self._fail_next = 0
+        self._space_left: int | None = None
+
+    # --- fault injection ------------------------------------------------------
+
+    def fail_next_fdatasync(self, count: int = 1) -> None:
+        """Makes the next ``count`` fdatasyncs fail with ``EIO``."""
+        self._fail_next += count
+
+    def set_space_left(self, nbytes: int | None) -> None:
+        """Lets files grow by ``nbytes`` more in total before writes fail with ``ENOSPC`` (None: no limit)."""
+        self._space_left = nbytes
+
+    def crash(self) -> None:
+        """The process dies: unsynced data and names are resolved per the crash model.
+
+        Every handle and lock of the dead process is gone; reads afterwards see
+        only what survived.
+        """
+        self.stats.crashes += 1
+        seen: set[int] = set()
+        for dpath in sorted(self._dirs):
+            d = self._dirs[dpath]
+            for name in sorted(set(d.current) | set(d.durable)):
+                for inode in (d.current.get(name), d.durable.get(name)):
+                    if inode is not None and inode.serial not in seen:
+                        seen.add(inode.serial)
+                        self._settle(inode, crash=True)
+            keep = self.rng.randint(0, len(d.pending))
+            names = dict(d.durable)
+            for op in d.pending[:keep]:
+                _apply(names, op)
+            d.durable = names
+            d.current = dict(names)
+            d.pending.clear()
+        for h in self._handles:
+            h.open = False
+        self._handles.clear()
+        self._locks.clear()
+
+    # --- Storage --------------------------------------------------------------
+
+    def open(self, path: str, *, create: bool = False) -> FileHandle:
+        d, name = self._parent(path)
+        inode = d.current.get(name)
+        if inode is None:
+            if not create:
+                raise FileNotFoundError(errno.ENOENT, "no such file", path)
+            inode = _Inode(next(self._serials))
+            op = ("link", name, inode)
+            d.pending.append(op)
+            _apply(d.current, op)
+        h = _Handle(path, inode)
+        self._handles.append(h)
+        return h
+
+    def close(self, fh: FileHandle) -> None:
+        h = self._live(fh)
+        h.open = False
+        self._handles.remove(h)
+
+    def pwrite(self, fh: FileHandle, data: bytes | bytearray | memoryview, offset: int) -> None:
+        inode = self._live(fh).inode
+        n = len(data)
+        if n == 0:
+            return
+        self._grow(inode, offset + n)
+        inode.data[offset:offset + n] = data
+        inode.dirty.update(range(offset // SECTOR, (offset + n - 1) // SECTOR + 1))
+        self.stats.writes += 1
+        self.stats.bytes_written += n
+
+    def pread(self, fh: FileHandle, size: int, offset: int) -> bytes:
+        return bytes(self._live(fh).inode.data[offset:offset + size])
+
+    def fdatasync(self, fh: FileHandle) -> None:
+        inode = self._live(fh).inode
+        self.stats.fdatasyncs += 1
+        fail = False
+        if self._fail_next > 0:
+            self._fail_next -= 1
+            fail = True
+        elif self.fail_flush_rate > 0.0 and self.rng.random() < self.fail_flush_rate:
+            fail = True
+        if fail:
+            self.stats.failed_fdatasyncs += 1
+            # The kernel marks the pages clean anyway: what reached the disk is now fixed.
+            self._settle(inode, crash=False)
+            raise OSError(errno.EIO, "simulated fdatasync failure")
+        size = len(inode.data)
+        if len(inode.disk) != size:
+            del inode.disk[size:]
+            inode.disk.extend(bytes(size - len(inode.disk)))
+        for s in inode.dirty:
+            lo = s * SECTOR
+            inode.disk[lo:lo + SECTOR] = inode.data[lo:lo + SECTOR]
+        inode.dirty.clear()
+
+    def fsync_dir(self, path: str) -> None:
+        d = self._dir(path)
+        self.stats.dir_fsyncs += 1
+        d.durable = dict(d.current)
+        d.pending.clear()
+
+    def size(self, fh: FileHandle) -> int:
+        return len(self._live(fh).inode.data)
+
+    def truncate(self, fh: FileHandle, size: int) -> None:
+        inode = self._live(fh).inode
+        old = len(inode.data)
+        if size > old:
+            self._grow(inode, size)
+        else:
+            del inode.data[size:]
+            if self._space_left is not None:
+                self._space_left += old - size
+        # The sector holding the new end changes on disk too (zeros past it).
+        inode.dirty.add(size // SECTOR)
+
+    def preallocate(self, fh: FileHandle, size: int) -> None:
+        inode = self._live(fh).inode
+        if size > len(inode.data):
+            self._grow(inode, size)
+
+    def rename(self, src: str, dst: str) -> None:
+        d, a = self._parent(src)
+        d2, b = self._parent(dst)
+        assert d is d2, "SimDisk renames only within one directory"
+        if a not in d.current:
+            raise FileNotFoundError(errno.ENOENT, "no such file", src)
+        op = ("rename", a, b)
+        d.pending.append(op)
+        _apply(d.current, op)
+
+    def remove(self, path: str) -> None:
+        d, name = self._parent(path)
+        inode = d.current.get(name)
+        if inode is None:
+            raise FileNotFoundError(errno.ENOENT, "no such file", path)
+        op = ("unlink", name, None)
+        d.pending.append(op)
+        _apply(d.current, op)
+        if self._space_left is not None and inode not in d.current.values():
+            self._space_left += len(inode.data)
+
+    def listdir(self, path: str) -> list[str]:
+        d = self._dir(path)
+        p = _norm(path)
+        subdirs = [posixpath.basename(q) for q in self._dirs if q != p and posixpath.dirname(q) == p]
+        return sorted([*d.current, *subdirs])
+
+    def exists(self, path: str) -> bool:
+        p = _norm(path)
+        if p in self._dirs:
+            return True
+        parent = self._dirs.get(posixpath.dirname(p))
+        return parent is not None and posixpath.basename(p) in parent.current
+
+    def makedirs(self, path: str) -> None:
+        p = _norm(path)
+        while p not in self._dirs:
+            self._dirs[p] = _Dir()
+            p = posixpath.dirname(p)
+
+    def lock(self, path: str) -> LockHandle:
+        p = _norm(path)
+        if p in self._locks:
+            raise DirectoryLocked(posixpath.dirname(p), self._locks[p])
+        if not self.exists(p):
+            self.close(self.open(p, create=True))
+        self._locks[p] = self.pid
+        return p
+
+    def unlock(self, handle: LockHandle) -> None:
+        self._locks.pop(handle, None)
+
+    # --- inspection (tests) ---------------------------------------------------
+
+    def durable_bytes(self, path: str) -> bytes | None:
+        """What surely survives a crash for the file at ``path`` (None if its name may not)."""
+        d, name = self._parent(path)
+        inode = d.durable.get(name)
+        return None if inode is None else bytes(inode.disk)
+
+    def corrupt(self, path: str, offset: int, xor: int = 0x01) -> None:
+        """Flips bits of one byte, both in the cache and on the platter (bit rot)."""
+        d, name = self._parent(path)
+        inode = d.current[name]
+        inode.data[offset] ^= xor
+        if offset < len(inode.disk):
+            inode.disk[offset] ^= xor
+
+    # --- internals ------------------------------------------------------------
+
+    def _grow(self, inode: _Inode, end: int) -> None:
+        delta = end - len(inode.data)
+        if delta <= 0:
+            return
+        if self._space_left is not None:
+            if delta > self._space_left:
+                self.stats.enospc += 1
+                raise OSError(errno.ENOSPC, "simulated disk full")
+            self._space_left -= delta
+        inode.data.extend(bytes(delta))
+
+    def _settle(self, inode: _Inode, *, crash: bool) -> None:
+        """Decides the fate of every unsynced write of ``inode`` (into ``disk``; also ``data`` on a crash)."""
+        rng = self.rng
+        old, cur = len(inode.disk), len(inode.data)
+        size = old
+        if cur != old:
+            choice = rng.randrange(3)
+            size = old if choice == 0 else cur if choice == 1 else rng.randint(min(old, cur), max(old, cur))
+        disk = inode.disk
+        if size < old:
+            del disk[size:]
+        elif size > old:
+            disk.extend(bytes(size - old))
+            if rng.random() < 0.5:  # stale blocks may show up past the old end of file
+                n = min(size - old, rng.randint(1, 4 * SECTOR))
+                disk[old:old + n] = rng.randbytes(n)
+        for s in sorted(inode.dirty):
+            lo = s * SECTOR
+            hi = min(lo + SECTOR, size)
+            if lo >= hi:
+                continue
+            new = bytes(inode.data[lo:hi]).ljust(hi - lo, b"\0")
+            fate = rng.randrange(3 if self.tear else 2)
+            if fate == 0:
+                disk[lo:hi] = new
+                self.stats.sectors_kept += 1
+            elif fate == 1:
+                self.stats.sectors_dropped += 1
+            else:
+                cut = rng.randint(0, hi - lo)
+                disk[lo:hi] = new[:cut] + rng.randbytes(hi - lo - cut)
+                self.stats.sectors_torn += 1
+        inode.dirty.clear()
+        if crash:
+            inode.data = bytearray(disk)
+
+    def _live(self, fh: FileHandle) -> _Handle:
+        assert isinstance(fh, _Handle), f"not a SimDisk file handle: {fh!r}"
+        if not fh.open:
+            raise OSError(errno.EBADF, "file handle is closed (or its process crashed)", fh.path)
+        return fh
+
+    def _dir(self, path: str) -> _Dir:
+        d = self._dirs.get(_norm(path))
+        if d is None:
+            raise FileNotFoundError(errno.ENOENT, "no such directory", path)
+        return d
+
+    def _parent(self, path: str) -> tuple[_Dir, str]:
+        p = _norm(path)
+        return self._dir(posixpath.dirname(p)), posixpath.basename(p)
+
+
+def _norm(path: str) -> str:
+    return posixpath.normpath(posixpath.join("/", path))
+
+
+def _apply(names: dict[str, _Inode], op: tuple[str, str, object]) -> None:
+    kind, a, b = op
+    if kind == "link":
+        assert isinstance(b, _Inode)
+        names[a] = b
+    elif kind == "unlink":
+        names.pop(a, None)
+    else:
+        assert isinstance(b, str)
+        inode = names.pop(a, None)
+        if inode is not None:
+            names[b] = inode

@@ -1,0 +1,220 @@
+"""GroupCommitter: inline and threaded flushes, batching under load, failure and cancellation."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from fusee.errors import LogFailed
+from fusee.storage.committer import GroupCommitter
+from fusee.storage.log import SharedLog
+from fusee.storage.posix import PosixStorage
+from fusee.storage.seam import Storage
+from fusee.storage.simdisk import SimDisk
+
+
+def open_log(storage: Storage, path: str, shards: int = 4) -> SharedLog:
+    log, _ = SharedLog.open(storage, path, shards, segment_bytes=1 << 20, rng=random.Random(1))
+    return log
+
+
+def loop_runner(delay: float = 0.0) -> Callable[[Callable[[], None]], asyncio.Future[None]]:
+    """A run_blocking like the simulator's: runs the job on the loop, later, no thread."""
+    def run(fn: Callable[[], None]) -> asyncio.Future[None]:
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[None] = loop.create_future()
+
+        def go() -> None:
+            fn()
+            fut.set_result(None)
+
+        loop.call_later(delay, go)
+        return fut
+    return run
+
+
+async def settle() -> None:
+    """Lets every task and callback that is ready run (no timers, no waiting on time)."""
+    for _ in range(5):
+        await asyncio.sleep(0)
+
+
+def test_one_chain_flushes_inline(disk: tuple[Storage, str]) -> None:
+    storage, path = disk
+    log = open_log(storage, path)
+
+    async def main() -> GroupCommitter:
+        c = GroupCommitter(log)
+        for i in range(50):
+            lsn = c.append(i % 4, b"step %d" % i)
+            await c.wait_durable(i % 4, lsn)
+            assert c.durable(i % 4) == lsn
+        await c.close()
+        return c
+
+    c = asyncio.run(main())
+    assert c.flushes == 50 and c.inline_flushes == 50
+    log.close()
+
+
+def test_threaded_flushes_when_inline_is_off(disk: tuple[Storage, str]) -> None:
+    storage, path = disk
+    log = open_log(storage, path)
+
+    async def main() -> GroupCommitter:
+        c = GroupCommitter(log, inline=False)
+        for i in range(20):
+            lsn = c.append(0, b"r%d" % i)
+            await c.wait_durable(0, lsn)
+        await c.close()
+        return c
+
+    c = asyncio.run(main())
+    assert c.flushes == 20 and c.inline_flushes == 0
+    log.close()
+
+
+@pytest.mark.parametrize("inline", [True, False])
+def test_a_thousand_concurrent_appenders(inline: bool, tmp_path: Path) -> None:
+    log = open_log(PosixStorage(), str(tmp_path / "e"))
+    durable_reports: list[list[int]] = []
+
+    async def appender(c: GroupCommitter, k: int) -> list[int]:
+        got = []
+        for i in range(5):
+            lsn = c.append(k % 4, b"%d:%d" % (k, i))
+            await c.wait_durable(k % 4, lsn)
+            assert c.durable(k % 4) >= lsn
+            got.append(lsn)
+        return got
+
+    async def main() -> GroupCommitter:
+        c = GroupCommitter(log, inline=inline, on_durable=durable_reports.append)
+        results = await asyncio.gather(*(appender(c, k) for k in range(1000)))
+        assert sum(len(r) for r in results) == 5000
+        for shard in range(4):
+            lsns = sorted(lsn for k, r in enumerate(results) if k % 4 == shard for lsn in r)
+            assert lsns == list(range(1, 1251))
+        await c.close()
+        return c
+
+    c = asyncio.run(main())
+    assert c.records_flushed == 5000
+    assert c.flushes <= 100, f"{c.flushes} flushes for 5000 records: no group commit"
+    assert durable_reports[-1] == [1250] * 4
+    log.close()
+    log2, rec = SharedLog.open(PosixStorage(), str(tmp_path / "e"), 4)
+    assert len(rec.records) == 5000
+    log2.close()
+
+
+def test_simulated_runner_and_no_delay_between_flushes() -> None:
+    disk = SimDisk(random.Random(1))
+    log = open_log(disk, "/e")
+
+    async def main() -> GroupCommitter:
+        c = GroupCommitter(log, run_blocking=loop_runner(0.001), inline=False)
+        first = c.append(0, b"a")
+        t = asyncio.ensure_future(c.wait_durable(0, first))
+        await settle()  # the flush of "a" is in flight now
+        assert log.flushing
+        second = c.append(1, b"b")  # joins the next batch, which starts when the first ends
+        await c.wait_durable(1, second)
+        assert t.done()
+        await c.close()
+        return c
+
+    c = asyncio.run(main())
+    assert c.flushes == 2
+
+
+def test_failure_reaches_every_waiter() -> None:
+    disk = SimDisk(random.Random(1))
+    log = open_log(disk, "/e")
+
+    async def waiter(c: GroupCommitter, k: int) -> BaseException | None:
+        lsn = c.append(k % 4, b"x")
+        try:
+            await c.wait_durable(k % 4, lsn)
+        except LogFailed as e:
+            return e
+        return None
+
+    async def main() -> None:
+        c = GroupCommitter(log, run_blocking=loop_runner())
+        disk.fail_next_fdatasync()
+        errors = await asyncio.gather(*(waiter(c, k) for k in range(100)))
+        assert all(isinstance(e, LogFailed) for e in errors)
+        with pytest.raises(LogFailed):
+            c.append(0, b"later")
+        await c.close()
+
+    asyncio.run(main())
+    assert log.failed is not None
+    log.close()
+
+
+def test_a_cancelled_waiter_does_not_cancel_the_others() -> None:
+    disk = SimDisk(random.Random(1))
+    log = open_log(disk, "/e")
+
+    async def main() -> None:
+        c = GroupCommitter(log, run_blocking=loop_runner(0.001), inline=False)
+        lsns = [c.append(0, b"%d" % i) for i in range(3)]
+        tasks = [asyncio.ensure_future(c.wait_durable(0, lsn)) for lsn in lsns]
+        await settle()
+        tasks[0].cancel()
+        await asyncio.gather(tasks[1], tasks[2])
+        with pytest.raises(asyncio.CancelledError):
+            await tasks[0]
+        assert c.durable(0) == 3
+        await c.close()
+
+    asyncio.run(main())
+    log.close()
+
+
+def test_checkpoint_through_the_log_wakes_waiters() -> None:
+    disk = SimDisk(random.Random(1))
+    log = open_log(disk, "/e")
+
+    async def main() -> None:
+        c = GroupCommitter(log, run_blocking=loop_runner(0.01), inline=False)
+        a = c.append(0, b"a")
+        ta = asyncio.ensure_future(c.wait_durable(0, a))
+        await settle()  # "a" in flight (its runner has not run yet)
+        assert log.flushing
+        b = c.append(0, b"b")
+        tb = asyncio.ensure_future(c.wait_durable(0, b))
+        await asyncio.sleep(0)
+        log.checkpoint(b"state")  # runs the job in flight, flushes "b", checkpoints
+        assert log.durable(0) == b
+        await asyncio.wait_for(asyncio.gather(ta, tb), 1.0)
+        await c.close()
+
+    asyncio.run(main())
+    log.close()
+    log2, rec = SharedLog.open(disk, "/e", 4)
+    assert rec.checkpoint == b"state" and rec.records == []
+    log2.close()
+
+
+def test_close_flushes_what_is_pending(disk: tuple[Storage, str]) -> None:
+    storage, path = disk
+    log = open_log(storage, path)
+
+    async def main() -> None:
+        c = GroupCommitter(log)
+        for i in range(10):
+            c.append(1, b"%d" % i)
+        c.request_flush()
+        c.append(2, b"late")
+        await c.close()
+        assert log.durable_lsns() == [0, 10, 1, 0]
+
+    asyncio.run(main())
+    log.close()
