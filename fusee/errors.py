@@ -29,8 +29,8 @@ class DeterminismError(FuseeError):
     def __init__(self, message: str, seq: int | None = None) -> None:
         self.seq = seq
         self.detail = message
-        where = f"at journal position {seq}" if seq is not None else ""
-        super().__init__(f"determinism error {where}: {message}".replace("  ", " "))
+        where = f" at journal position {seq}" if seq is not None else ""
+        super().__init__(f"determinism error{where}: {message}")
 
 
 class StreamError(FuseeError, ValueError):
