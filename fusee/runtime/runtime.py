@@ -158,6 +158,7 @@ class Runtime:
         self.committer = committer
         self.log = committer.log
         self._flush_scheduled = False
+        self._steps_started = False
         self.shards = shards
         self.workflows = workflows
         self.default_retry = default_retry
@@ -187,10 +188,13 @@ class Runtime:
     def flush_soon(self) -> None:
         """Gets what was appended on disk even if nobody waits for it (a timer, a delivery).
 
-        Scheduled behind the callbacks already ready, so a step that waits for
-        its gate gets the chance to flush inline first.
+        Not needed when a step with effects was started meanwhile: it waits
+        for its gate, which flushes.
         """
-        if not self._flush_scheduled:
+        if self._steps_started:
+            self._steps_started = False
+            return
+        if not self._flush_scheduled and self.log.has_pending():
             self._flush_scheduled = True
             self.loop.call_soon(self._flush_now)
 
@@ -793,6 +797,11 @@ class Runtime:
         """Runs a live step's function once its gate is durable and its time has come."""
         if call.not_before == rec.PAUSED:
             return  # waits for a resume
+        if not call.read_only:
+            self._steps_started = True
+            if call.gate > self.log.durable(run.shard):
+                # A lone chain flushes right here instead of a loop turn later.
+                self.committer.flush_if_alone()
         self.spawn(self._step(run, seq, call))
 
     async def _step(self, run: Run, seq: int, call: StepCall) -> None:

@@ -45,7 +45,12 @@ class GroupCommitter:
         self._on_durable = on_durable
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         self._run_blocking = run_blocking if run_blocking is not None else self._in_thread
-        self._loop: asyncio.AbstractEventLoop | None = None
+        # The loop of whoever builds the committer: later calls may come from
+        # inside a workflow's own loop, which must never be taken for it.
+        try:
+            self._loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            self._loop = None
         self._inflight: FlushJob | None = None
         self._inflight_fut: _SharedFuture | None = None  # waiters of the batch in flight
         self._next_fut: _SharedFuture | None = None  # waiters of the batch forming
@@ -143,6 +148,27 @@ class GroupCommitter:
         if self._executor is not None:
             self._executor.shutdown(wait=True)
             self._executor = None
+
+    def flush_if_alone(self) -> bool:
+        """Flushes on the calling thread, now, if nothing else could share the flush.
+
+        That is: inline flushing is on, no flush is in flight or scheduled, no
+        task waits and no other callback is ready to run. The caller (a lone
+        chain of steps) then skips a turn of the loop. Returns whether it flushed.
+        """
+        if (
+            not self._inline
+            or self._closed
+            or self._inflight is not None
+            or self._start_scheduled
+            or self._waiters
+            or self.log.failed is not None
+            or not self.log.has_pending()
+            or not self._loop_idle()
+        ):
+            return False
+        self._flush_inline()
+        return True
 
     @property
     def waiters(self) -> int:
