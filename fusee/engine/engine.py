@@ -242,7 +242,12 @@ class Engine:
         self._path = dir_path
         self._closed = False
         self._checkpoint_every = checkpoint_every
-        self._committer = GroupCommitter(log, run_blocking=env.run_blocking, inline=env.inline_flush)
+        self._committer = GroupCommitter(
+            log,
+            run_blocking=env.run_blocking,
+            inline=env.inline_flush,
+            on_durable=lambda durable: self._rt.on_durable(durable),
+        )
         self._rt = Runtime(
             env,
             self._committer,

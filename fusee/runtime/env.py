@@ -56,12 +56,20 @@ class RealEnv:
         self._pool = concurrent.futures.ThreadPoolExecutor(
             max_workers=step_threads, thread_name_prefix="fusee-step"
         )
+        # The host's loop, taken now: later calls may come from inside a
+        # workflow's own loop, which runs no threads.
+        try:
+            self._loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            self._loop = None
 
     def now_ms(self) -> int:
         return time.time_ns() // 1_000_000
 
     def run_blocking(self, fn: Callable[[], T]) -> Awaitable[T]:
-        return asyncio.get_running_loop().run_in_executor(self._pool, fn)
+        if self._loop is None:
+            self._loop = asyncio.get_running_loop()
+        return self._loop.run_in_executor(self._pool, fn)
 
     def message_delay(self) -> float:
         return 0.0

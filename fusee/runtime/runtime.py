@@ -42,6 +42,39 @@ IF_RUNNING = ("fail", "attach", "terminate")
 IF_FINISHED = ("fail", "attach", "start")
 
 
+class _Continue:
+    """Awaits the rest of a coroutine that already ran to its first suspension.
+
+    A step function that returns without suspending needs no task at all;
+    one that suspends is handed to a task through this, from where it is.
+    """
+
+    __slots__ = ("coro", "first")
+
+    def __init__(self, coro: Any, first: Any) -> None:
+        self.coro = coro
+        self.first = first
+
+    def __await__(self) -> Any:
+        coro, pending = self.coro, self.first
+        while True:
+            try:
+                sent = yield pending
+            except GeneratorExit:
+                coro.close()
+                raise
+            except BaseException as e:
+                try:
+                    pending = coro.throw(e)
+                except StopIteration as done:
+                    return done.value
+            else:
+                try:
+                    pending = coro.send(sent)
+                except StopIteration as done:
+                    return done.value
+
+
 class StepTimeout(FuseeError, TimeoutError):
     """A step's function ran longer than its ``timeout``; the attempt counts as failed."""
 
@@ -159,6 +192,9 @@ class Runtime:
         self.log = committer.log
         self._flush_scheduled = False
         self._steps_started = False
+        #: Steps with effects waiting for their gates to become durable.
+        self._gated: list[tuple[Run, int, StepCall]] = []
+        self._release_scheduled = False
         self.shards = shards
         self.workflows = workflows
         self.default_retry = default_retry
@@ -797,28 +833,111 @@ class Runtime:
         """Runs a live step's function once its gate is durable and its time has come."""
         if call.not_before == rec.PAUSED:
             return  # waits for a resume
-        if not call.read_only:
-            self._steps_started = True
-            if call.gate > self.log.durable(run.shard):
-                # A lone chain flushes right here instead of a loop turn later.
-                self.committer.flush_if_alone()
-        self.spawn(self._step(run, seq, call))
+        if call.read_only or sabotage.active.step_before_gate:
+            self._start_step(run, seq, call)
+            return
+        self._steps_started = True
+        if call.gate > self.log.durable(run.shard) and not self.committer.flush_if_alone():
+            # Gated: it starts when a flush makes its gate durable (see _release_gated).
+            self._gated.append((run, seq, call))
+            self.committer.request_flush()
+            return
+        self._start_step(run, seq, call)
 
-    async def _step(self, run: Run, seq: int, call: StepCall) -> None:
+    def on_durable(self, durable: list[int]) -> None:
+        """The committer made more of the log durable (called from inside it: defer the work)."""
+        if self._gated and not self._release_scheduled:
+            self._release_scheduled = True
+            self.loop.call_soon(self._release_gated)
+
+    def _release_gated(self) -> None:
+        self._release_scheduled = False
+        if self.closed:
+            return
+        durable = self.log.durable_lsns()
+        ready: list[tuple[Run, int, StepCall]] = []
+        waiting: list[tuple[Run, int, StepCall]] = []
+        for item in self._gated:
+            (ready if item[2].gate <= durable[item[0].shard] else waiting).append(item)
+        self._gated = waiting
+        if waiting:
+            self.committer.request_flush()
+        for run, seq, call in ready:
+            self._start_step(run, seq, call)
+
+    def _start_step(self, run: Run, seq: int, call: StepCall) -> None:
+        """Runs the function now; only one that suspends (or must wait, or has a timeout) gets a task."""
+        if call.not_before > 0 and call.not_before > self.env.now_ms() or call.timeout_s is not None:
+            self.spawn(self._step(run, seq, call))
+            return
+        m = run.machine
+        if run.dead or self.closed or not m.step_pending(seq):
+            return
+        args = self._step_args(run, seq, call, call.attempt)
+        try:
+            if call.is_async:
+                coro = call.fn(*args)
+                try:
+                    yielded = coro.send(None)
+                except StopIteration as done:
+                    value = done.value
+                else:
+                    # It suspended: a task carries it on from where it is.
+                    self.spawn(self._step(run, seq, call, _Continue(coro, yielded)))
+                    return
+            elif self.env.inline_sync_steps:
+                value = call.fn(*args)
+                if inspect.isawaitable(value):
+                    self.spawn(self._step(run, seq, call, value))
+                    return
+            else:
+                self.spawn(self._step(run, seq, call, self.env.run_blocking(lambda: call.fn(*args))))
+                return
+        except Exception as e:
+            self.spawn(self._step(run, seq, call, e))
+            return
+        self._step_result(run, seq, value)
+
+    def _step_result(self, run: Run, seq: int, value: Any) -> None:
+        m = run.machine
+        if run.dead or self.closed or not m.step_pending(seq):
+            return
+        try:
+            status, payload = rec.Status.OK, codec.encode(value)
+        except SerializationError as e:
+            status, payload = rec.Status.FAILED, codec.encode_error(e)
+        self.stats["steps"] += 1
+        run.steps.pop(seq, None)
+        if m.complete(seq, jm.StepDone(status, payload)):
+            run.pump()
+
+    async def _step(self, run: Run, seq: int, call: StepCall, first: Any = None) -> None:
+        """A step's attempts with retries, timeouts and waits.
+
+        ``first`` is how the first attempt already began: an exception it
+        raised, or an awaitable carrying it on.
+        """
         m = run.machine
         env = self.env
         while True:
-            if not call.read_only and not sabotage.active.step_before_gate:
-                await self.wait_durable(run.shard, call.gate)
-            wait_ms = call.not_before - env.now_ms()
-            if wait_ms > 0:
-                await asyncio.sleep(wait_ms / 1000)
-            if run.dead or self.closed or not m.step_pending(seq):
-                return
+            if first is None:
+                if not call.read_only and not sabotage.active.step_before_gate:
+                    await self.wait_durable(run.shard, call.gate)
+                wait_ms = call.not_before - env.now_ms()
+                if wait_ms > 0 and call.not_before != rec.PAUSED:
+                    await asyncio.sleep(wait_ms / 1000)
+                if run.dead or self.closed or not m.step_pending(seq):
+                    return
             attempt = call.attempt
             try:
-                value = await self._invoke(run, seq, call, attempt)
+                if first is None:
+                    value = await self._invoke(run, seq, call, attempt)
+                elif isinstance(first, BaseException):
+                    raise first
+                else:
+                    value = await first
             except Exception as e:
+                first = None
                 if run.dead or self.closed or not m.step_pending(seq):
                     return
                 err = codec.encode_error(e)
@@ -835,42 +954,41 @@ class Runtime:
                 if retry.pause_when_exhausted and not isinstance(e, retry.non_retryable):
                     r = m.step_retry(seq, rec.PAUSED, err)
                     if r is not None:
+                        call.not_before = rec.PAUSED
                         run.append(r)
                         run.pump()
                     return
-                status, payload = rec.Status.FAILED, err
-            else:
                 if run.dead or self.closed or not m.step_pending(seq):
                     return
-                try:
-                    status, payload = rec.Status.OK, codec.encode(value)
-                except SerializationError as e:
-                    status, payload = rec.Status.FAILED, codec.encode_error(e)
-            self.stats["steps"] += 1
-            run.steps.pop(seq, None)
-            if m.complete(seq, jm.StepDone(status, payload)):
-                run.pump()
+                self.stats["steps"] += 1
+                run.steps.pop(seq, None)
+                if m.complete(seq, jm.StepDone(rec.Status.FAILED, err)):
+                    run.pump()
+                return
+            self._step_result(run, seq, value)
             return
 
-    async def _invoke(self, run: Run, seq: int, call: StepCall, attempt: int) -> Any:
+    def _step_args(self, run: Run, seq: int, call: StepCall, attempt: int) -> tuple[Any, ...]:
+        if not call.takes_info:
+            return ()
         from fusee.runtime.context import StepInfo
 
+        progress_raw = run.machine.progress(seq)
+        progress = codec.decode(progress_raw) if progress_raw is not None else None
+        info = StepInfo(
+            call.name,
+            run.machine.key(seq),
+            attempt,
+            run.workflow_id,
+            run.run_id,
+            progress,
+            lambda p: self._heartbeat(run, seq, p),
+        )
+        return (info,)
+
+    async def _invoke(self, run: Run, seq: int, call: StepCall, attempt: int) -> Any:
         fn = call.fn
-        if call.takes_info:
-            progress_raw = run.machine.progress(seq)
-            progress = codec.decode(progress_raw) if progress_raw is not None else None
-            info = StepInfo(
-                call.name,
-                run.machine.key(seq),
-                attempt,
-                run.workflow_id,
-                run.run_id,
-                progress,
-                lambda p: self._heartbeat(run, seq, p),
-            )
-            args: tuple[Any, ...] = (info,)
-        else:
-            args = ()
+        args = self._step_args(run, seq, call, attempt)
         if call.is_async:
             coro = fn(*args)
             if call.timeout_s is None:
