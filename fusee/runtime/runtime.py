@@ -867,7 +867,7 @@ class Runtime:
 
     def _start_step(self, run: Run, seq: int, call: StepCall) -> None:
         """Runs the function now; only one that suspends (or must wait, or has a timeout) gets a task."""
-        if call.not_before > 0 and call.not_before > self.env.now_ms() or call.timeout_s is not None:
+        if (call.not_before > 0 and call.not_before > self.env.now_ms()) or call.timeout_s is not None:
             self.spawn(self._step(run, seq, call))
             return
         m = run.machine
