@@ -561,3 +561,33 @@ def test_step_timeout_counts_as_a_failed_attempt() -> None:
             assert len(attempts) == 1
 
     run(main())
+
+
+@fusee.workflow("race")
+async def race(ctx: fusee.Ctx) -> list[str]:
+    out = []
+    for round_ in range(2):
+        sig = asyncio.ensure_future(ctx.wait_for(approve))
+        nap = asyncio.ensure_future(ctx.sleep(f"nap{round_}", "20ms"))
+        done, pending = await asyncio.wait({sig, nap}, return_when=asyncio.FIRST_COMPLETED)
+        for p in pending:
+            p.cancel()
+        out.append("signal" if sig in done else "timer")
+    await ctx.wait_for(approve)
+    return out
+
+
+def test_races_with_asyncio_wait_replay_identically(tmp_path: Any) -> None:
+    async def main() -> None:
+        async with fusee.Engine.open(tmp_path, workflows=[race]) as engine:
+            await engine.start(race, "r-1")
+            await until(lambda: sum(isinstance(r, rec.Waited) for r in engine._rt.journal_of(engine._rt.wf["r-1"])[0]) >= 2)
+            abandoned = [r for r in engine._rt.journal_of(engine._rt.wf["r-1"])[0]
+                         if isinstance(r, rec.Waited) and r.outcome == rec.WaitOutcome.ABANDONED]
+            assert len(abandoned) == 2  # both lost races recorded
+        async with fusee.Engine.open(tmp_path, workflows=[race]) as engine:
+            await engine.signal("r-1", approve, 1)
+            assert await engine.get("r-1").result() == ["timer", "timer"]
+            assert engine.stuck() == {}
+
+    run(main())
