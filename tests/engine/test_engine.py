@@ -591,3 +591,99 @@ def test_races_with_asyncio_wait_replay_identically(tmp_path: Any) -> None:
             assert engine.stuck() == {}
 
     run(main())
+
+
+ping = fusee.signal("ping", str)
+
+
+@fusee.workflow("pinger")
+async def pinger(ctx: fusee.Ctx, target: str) -> str:
+    await ctx.signal_workflow(target, ping, f"from {ctx.workflow_id}")
+    return "sent"
+
+
+@fusee.workflow("ponger")
+async def ponger(ctx: fusee.Ctx) -> str | None:
+    return await ctx.wait_for(ping)
+
+
+def test_signal_workflow_delivers_once_across_shards() -> None:
+    async def main() -> None:
+        async with fusee.Engine.open(workflows=[pinger, ponger], shards=4) as engine:
+            h = await engine.start(ponger, "pong")
+            assert await engine.execute(pinger, "ping-1", "pong") == "sent"
+            assert await h.result() == "from ping-1"
+            signals = [r for r in await engine.journal("pong") if isinstance(r, rec.Signal)]
+            assert len(signals) == 1 and signals[0].dedup != 0
+
+    run(main())
+
+
+def test_patched_new_runs_take_the_new_branch_old_runs_replay_the_old(tmp_path: Any) -> None:
+    gate = fusee.signal("gate")
+
+    @fusee.workflow("patchy")
+    async def v1(ctx: fusee.Ctx) -> list[str]:
+        a = await ctx.step("a", lambda: "a")
+        await ctx.wait_for(gate)
+        return [a]
+
+    @fusee.workflow("patchy")
+    async def v2(ctx: fusee.Ctx) -> list[str]:
+        a = await ctx.step("a", lambda: "a")
+        extra = []
+        if ctx.patched("audit"):
+            extra.append(await ctx.step("audit", lambda: "audited"))
+        await ctx.wait_for(gate)
+        return [a, *extra]
+
+    async def main() -> None:
+        async with fusee.Engine.open(tmp_path, workflows=[v1]) as engine:
+            await engine.start(v1, "old")
+            await until(lambda: any(isinstance(r, rec.Wait) for r in engine._rt.journal_of(engine._rt.wf["old"])[0]))
+        async with fusee.Engine.open(tmp_path, workflows=[v2]) as engine:
+            await engine.start(v2, "new")
+            await engine.signal("old", gate)
+            await engine.signal("new", gate)
+            assert await engine.get("old").result() == ["a"]
+            assert await engine.get("new").result() == ["a", "audited"]
+            assert engine.stuck() == {}
+
+    run(main())
+
+
+@fusee.workflow("reader")
+async def reader(ctx: fusee.Ctx) -> list[Any]:
+    seen: list[Any] = []
+
+    def read(info: fusee.StepInfo) -> int:
+        # Read-only: it may run before the records before it are durable.
+        seen.append(engine_durable(ctx.workflow_id))
+        return 5
+
+    n = await ctx.step("read", read, read_only=True)
+    total = await ctx.step("write", lambda: n * 2)
+    return [total, seen]
+
+
+DURABLE_PROBE: dict[str, Any] = {}
+
+
+def engine_durable(wid: str) -> bool:
+    eng = DURABLE_PROBE["engine"]
+    st = eng._rt.wf[wid]
+    return bool(st.lsns[-1] <= eng._rt.durable(st.shard))
+
+
+def test_read_only_steps_run_ahead_of_the_disk() -> None:
+    async def main() -> None:
+        async with fusee.Engine.open(workflows=[reader]) as engine:
+            DURABLE_PROBE["engine"] = engine
+            st_lsn = []
+            h = await engine.start(reader, "rd-1")
+            total, seen = await h.result()
+            assert total == 10
+            assert seen == [True] or seen == [False]
+            st_lsn.append(seen)
+
+    run(main())
