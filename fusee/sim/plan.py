@@ -1,0 +1,79 @@
+"""A plan: the workflows of a simulated run and the client requests made at set times.
+
+The built-in workload and a user's scenario both produce a :class:`Plan`;
+the world carries it out under faults.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+
+@dataclasses.dataclass(frozen=True)
+class Start:
+    """Start workflow ``workflow`` (a ``fusee.workflow`` definition) as ``id`` with ``input``."""
+
+    id: str
+    workflow: Any
+    input: Any = None
+    #: What kind of job this is (for reports and checks).
+    kind: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class Signal:
+    """Send ``signal`` with ``value`` to ``id`` (once its start was acknowledged)."""
+
+    id: str
+    signal: Any
+    value: Any = None
+    #: The dedup key the client sends it with (every resend uses the same one).
+    key: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class Cancel:
+    """Cancel ``id`` (once its start was acknowledged)."""
+
+    id: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Update:
+    """Send ``update`` with ``value`` to ``id`` under ``update_id`` (resent with the same ID)."""
+
+    id: str
+    update: Any
+    value: Any
+    update_id: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Query:
+    """Query ``id``; ``monotonic``: answers are totals that must never go back."""
+
+    id: str
+    query: Any
+    monotonic: bool = False
+
+
+Action = Start | Signal | Cancel | Update | Query
+
+
+@dataclasses.dataclass
+class Plan:
+    """Everything a world needs besides its configuration."""
+
+    workflows: list[Any]
+    #: Client requests: (virtual ms after the start, request), in any order.
+    actions: list[tuple[int, Action]] = dataclasses.field(default_factory=list)
+    #: Children per parent ID: (child ID, close policy), for the close-policy check.
+    children: dict[str, list[tuple[str, str]]] = dataclasses.field(default_factory=dict)
+    #: Called at every crash, before the restart (e.g. deploy new code).
+    on_crash: list[Callable[[], None]] = dataclasses.field(default_factory=list)
+    #: The external service's violations (checked after every recovery).
+    service_violations: Callable[[], list[str]] = lambda: []
+    #: Extra coverage counters the plan keeps (name -> current value).
+    counters: Callable[[], dict[str, int]] = lambda: {}

@@ -1,0 +1,147 @@
+"""Run your own workflows under simulated crashes, torn writes and failed flushes.
+
+A :class:`Scenario` names the workflows, the client requests at simulated
+times, and your own checks; ``run(seed)`` plays it on the real engine in the
+simulator, with the faults seed ``seed`` chooses, and raises
+:class:`~fusee.sim.world.SimFailure` (an ``AssertionError``, so pytest
+reports it) with the seed and the trace if any check fails::
+
+    scenario = Scenario([order])
+    scenario.start(order, "o-1", 5)
+    scenario.signal("o-1", approve, 7, at="20ms")
+
+    @scenario.check
+    def paid_once(outcome):
+        assert outcome.results["o-1"].status == "ok"
+
+    scenario.run_many(range(50))
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from fusee import durations
+from fusee.sim.checkers import Outcome
+from fusee.sim.config import SimConfig
+from fusee.sim.plan import Action, Cancel, Plan, Query, Signal, Start, Update
+from fusee.sim.report import Report
+from fusee.sim.world import SimFailure, World
+
+
+@dataclasses.dataclass
+class ScenarioOutcome:
+    """What a scenario's run ended with, as your checks see it."""
+
+    seed: int
+    #: How each started workflow ended: status ("ok", "failed", "cancelled",
+    #: "terminated", ...) and, for "ok", the result value.
+    results: dict[str, Outcome]
+    #: The first answer per update ID (status "ok" with the handler's result, or "rejected").
+    answers: dict[str, Outcome]
+    report: Report
+    trace: list[str]
+
+    @property
+    def crashes(self) -> int:
+        return self.report.crashes
+
+
+Check = Callable[[ScenarioOutcome], Any]
+
+
+class Scenario:
+    """Your workflows, the client's requests at simulated times, and your checks.
+
+    ``workflows`` is a list of ``fusee.workflow`` definitions, or a function
+    of the seed returning one (to give every run fresh state, e.g. a mock
+    service). ``duration`` is how long faults last; every workflow must then
+    finish within ``settle``.
+    """
+
+    def __init__(self, workflows: list[Any] | Callable[[int], list[Any]], *,
+                 duration: durations.Duration = "2s", settle: durations.Duration = "60s",
+                 crashes: bool = True) -> None:
+        self._workflows = workflows
+        self._actions: list[tuple[int, Action]] = []
+        self._checks: list[Check] = []
+        self.duration_ms = durations.to_ms(duration)
+        self.settle_ms = durations.to_ms(settle)
+        self.crashes = crashes
+
+    # --- requests -------------------------------------------------------------
+
+    def start(self, workflow: Any, workflow_id: str, input: Any = None, *,
+              at: durations.Duration = 0) -> Scenario:
+        """The client starts ``workflow`` (a definition or its name) as ``workflow_id`` at ``at``."""
+        name = workflow if isinstance(workflow, str) else workflow.name
+        self._actions.append((durations.to_ms(at), Start(workflow_id, workflow, input, name)))
+        return self
+
+    def signal(self, workflow_id: str, signal: Any, value: Any = None, *,
+               at: durations.Duration = 0) -> Scenario:
+        """The client signals ``workflow_id`` at ``at`` (once its start was acknowledged)."""
+        self._actions.append((durations.to_ms(at), Signal(workflow_id, signal, value, f"{workflow_id}/{signal.name}/{len(self._actions)}")))
+        return self
+
+    def cancel(self, workflow_id: str, *, at: durations.Duration = 0) -> Scenario:
+        """The client cancels ``workflow_id`` at ``at``."""
+        self._actions.append((durations.to_ms(at), Cancel(workflow_id)))
+        return self
+
+    def update(self, workflow_id: str, update: Any, value: Any, *, update_id: str | None = None,
+               at: durations.Duration = 0) -> Scenario:
+        """The client sends an update at ``at`` (resent under the same ID until answered)."""
+        uid = update_id or f"{workflow_id}/{update.name}/{len(self._actions)}"
+        self._actions.append((durations.to_ms(at), Update(workflow_id, update, value, uid)))
+        return self
+
+    def query(self, workflow_id: str, query: Any, *, at: durations.Duration = 0) -> Scenario:
+        """The client queries ``workflow_id`` at ``at``."""
+        self._actions.append((durations.to_ms(at), Query(workflow_id, query)))
+        return self
+
+    def check(self, fn: Check) -> Check:
+        """Adds a check (usable as a decorator): it raises (or returns a message) to fail."""
+        self._checks.append(fn)
+        return fn
+
+    # --- running --------------------------------------------------------------------
+
+    def config(self, seed: int) -> SimConfig:
+        """The faults and engine knobs seed ``seed`` gives this scenario."""
+        cfg = SimConfig.for_seed(seed)
+        cfg.duration_ms = self.duration_ms
+        cfg.settle_ms = self.settle_ms
+        if not self.crashes:
+            cfg.crash_every_ms = 0
+            cfg.crash_after_io_per_mille = 0
+        return cfg
+
+    def run(self, seed: int, *, verbose: bool = False) -> ScenarioOutcome:
+        """Plays the scenario under seed ``seed``'s faults; raises :class:`SimFailure` on a failed check."""
+        wfs = self._workflows(seed) if callable(self._workflows) else list(self._workflows)
+        plan = Plan(workflows=wfs, actions=list(self._actions))
+        world = World(self.config(seed), plan, scenario=True, verbose=verbose)
+        try:
+            result = world.run()
+        finally:
+            world.bury()
+        answers = {uid: o for uid, (_, o) in result.observed.updates.items()}
+        outcome = ScenarioOutcome(seed, dict(result.observed.results), answers, result.report,
+                                  result.trace)
+        for check in self._checks:
+            try:
+                message = check(outcome)
+            except Exception as e:
+                message = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+            if isinstance(message, str) and message:
+                raise SimFailure(seed, f"check {getattr(check, '__name__', check)!r} failed: {message}",
+                                 result.trace, scenario=True)
+        return outcome
+
+    def run_many(self, seeds: Iterable[int]) -> list[ScenarioOutcome]:
+        """Runs every seed in order; raises the first failure."""
+        return [self.run(seed) for seed in seeds]

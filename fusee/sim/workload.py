@@ -1,0 +1,226 @@
+"""The built-in workload: jobs that cover what the engine offers, and the client's plan.
+
+Every job talks to the mock :class:`~fusee.sim.service.Service` through steps
+keyed by the step's idempotency key, so a step that runs again on state a
+crash took back shows up as a service violation. The seed decides the mix of
+jobs, their inputs and when the client starts, signals, cancels, updates and
+queries them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from typing import Any
+
+import fusee
+from fusee.sim.config import SimConfig
+from fusee.sim.plan import Cancel, Plan, Query, Signal, Start, Update
+from fusee.sim.service import Service
+
+approve = fusee.signal("approve", int)
+close = fusee.signal("close", int)
+done = fusee.signal("done", int)
+never = fusee.signal("never", int)
+total_query = fusee.query("total")
+add = fusee.update("add", int)
+
+#: Close policies the parents cycle through.
+POLICIES = ("terminate", "request_cancel", "abandon")
+
+
+def retry(attempts: int) -> Any:
+    """A fast retry policy (simulated milliseconds) allowing ``attempts`` attempts."""
+    return fusee.Retry(attempts=attempts, initial="1ms", max_interval="4ms")
+
+
+class Deployment:
+    """Which code is deployed: the patched workflow takes its new branch once ``new_code``."""
+
+    def __init__(self) -> None:
+        self.new_code = False
+
+    def deploy(self) -> None:
+        self.new_code = True
+
+
+def build(cfg: SimConfig) -> Plan:
+    """The workflows and the client plan of seed ``cfg.seed``."""
+    svc = Service(seed=cfg.seed)
+    deployment = Deployment()
+    counts = {"patched": 0, "continued": 0}
+
+    def call(ctx: Any, name: str, value: int, fail_first: int = 0) -> Any:
+        async def fn(info: Any) -> int:
+            # The service takes a little simulated time, depending on load.
+            await asyncio.sleep(((svc.total + value) % 3) / 1000.0)
+            return svc.call(info.key, value, fail_first)
+
+        return ctx.step(name, fn, retry=retry(fail_first + 2))
+
+    def read(ctx: Any, name: str, value: int, fail_first: int = 0) -> Any:
+        async def fn(info: Any) -> int:
+            await asyncio.sleep(((svc.total + value) % 2) / 1000.0)
+            return svc.read(info.key, value, fail_first)
+
+        return ctx.step(name, fn, retry=retry(fail_first + 2), read_only=True)
+
+    @fusee.workflow("ship")
+    async def ship(ctx: fusee.Ctx, x: int) -> int:
+        return int(await call(ctx, "ship", x, 1))
+
+    @fusee.workflow("order")
+    async def order(ctx: fusee.Ctx, n: int) -> int:
+        quote = await call(ctx, "quote", n)
+        charge = await call(ctx, "charge", quote, 2)
+        try:
+            await ctx.sleep("cool-off", 0.003)
+            approved = await ctx.wait_for(approve, timeout=0.06)
+        except fusee.Cancelled:
+            # Compensation runs after a cancellation, then the run ends cancelled.
+            await call(ctx, "refund", charge)
+            raise
+        if approved is None:
+            return int(await call(ctx, "refund", charge))
+        return int(await ctx.child(ship, f"{ctx.workflow_id}/ship", charge ^ approved))
+
+    @fusee.workflow("fanout")
+    async def fanout(ctx: fusee.Ctx, n: int) -> int:
+        legs = await asyncio.gather(*(call(ctx, f"leg{i}", i, i % 2) for i in range(n)))
+        return int(await call(ctx, "total", sum(legs) % 1_000_003))
+
+    @fusee.workflow("pinger")
+    async def pinger(ctx: fusee.Ctx, target: str) -> int:
+        v = int(await call(ctx, "prep", 1))
+        await ctx.signal_workflow(target, approve, v % 1000)
+        return v
+
+    @fusee.workflow("counter")
+    async def counter(ctx: fusee.Ctx) -> int:
+        state = {"total": 0}
+        ctx.on_query(total_query, lambda: state["total"])
+
+        def validate(v: int) -> None:
+            if v >= 1000:
+                raise ValueError(f"{v} is too large: add takes less than 1000")
+
+        async def apply(v: int) -> int:
+            r = int(await call(ctx, "apply", v))
+            state["total"] += r % 100
+            return state["total"]
+
+        ctx.on_update(add, apply, validator=validate)
+        await ctx.wait_for(close, timeout=0.15)
+        return state["total"]
+
+    @fusee.workflow("looper")
+    async def looper(ctx: fusee.Ctx, job: dict[str, int]) -> int:
+        left, acc = job["left"], job["acc"]
+        v = int(await call(ctx, "loop", acc + left))
+        if left == 0:
+            return acc ^ v
+        counts["continued"] += 1
+        await ctx.continue_as_new({"left": left - 1, "acc": acc ^ v})
+        raise AssertionError("continue_as_new returned")
+
+    @fusee.workflow("patchy")
+    async def patchy(ctx: fusee.Ctx, n: int) -> int:
+        a = int(await call(ctx, "a", n))
+        await ctx.sleep("gap", 0.005)
+        if deployment.new_code and ctx.patched("fix"):
+            counts["patched"] += 1
+            return int(await call(ctx, "new", a))
+        return int(await call(ctx, "old", a))
+
+    @fusee.workflow("kid")
+    async def kid(ctx: fusee.Ctx, job: dict[str, Any]) -> int:
+        # Kids that the parent's close must reach outlive their parent.
+        wait = 0.06 if job["policy"] == "abandon" else 0.4
+        await ctx.wait_for(never, timeout=wait)
+        return int(await call(ctx, "kid", int(job["k"])))
+
+    @fusee.workflow("parent")
+    async def parent(ctx: fusee.Ctx, kids: int) -> int:
+        for k in range(kids):
+            policy = POLICIES[k % len(POLICIES)]
+            await ctx.start_child(kid, f"{ctx.workflow_id}/kid{k}", {"k": k, "policy": policy},
+                                  close_policy=policy)
+        v = int(await call(ctx, "parent", 1))
+        await ctx.wait_for(done, timeout=0.03)
+        return v
+
+    @fusee.workflow("reader")
+    async def reader(ctx: fusee.Ctx, n: int) -> int:
+        # Each read's input comes from the read before it, which may not be
+        # durable yet; "store" has effects, so its gate waits for them all.
+        a = int(await read(ctx, "fetch", n))
+        b = int(await read(ctx, "enrich", a, 1))
+        c = int(await call(ctx, "store", b, 1))
+        return int(await read(ctx, "verify", c))
+
+    workflows = [order, ship, fanout, pinger, counter, looper, patchy, kid, parent, reader]
+    plan = Plan(
+        workflows=workflows,
+        on_crash=[deployment.deploy],
+        service_violations=lambda: list(svc.violations),
+        counters=lambda: {
+            "reads_rerun": svc.reads_rerun,
+            "service_calls": svc.total,
+            "transient_failures": svc.failures,
+            "patched": counts["patched"],
+            "continued": counts["continued"],
+        },
+    )
+    _plan_client(cfg, plan, {
+        "order": order, "fanout": fanout, "pinger": pinger, "counter": counter,
+        "looper": looper, "patchy": patchy, "parent": parent, "reader": reader,
+    })
+    return plan
+
+
+def _plan_client(cfg: SimConfig, plan: Plan, defs: dict[str, Any]) -> None:
+    """What the client does and when, drawn from the seed."""
+    rng = random.Random(f"workload-{cfg.seed}")
+    kinds = [k for k, w in cfg.mix.items() for _ in range(w)]
+    span = max(1, cfg.duration_ms // 2)
+    orders: list[str] = []
+    for i in range(cfg.workflows):
+        kind = rng.choice(kinds)
+        wid = f"wf-{i}"
+        t = rng.randrange(span)
+        inp: Any
+        if kind == "order":
+            orders.append(wid)
+            inp = i
+        elif kind == "fanout":
+            inp = 2 + rng.randrange(5)
+        elif kind == "pinger":
+            inp = orders[-1] if orders else "nobody"
+        elif kind == "counter":
+            inp = None
+        elif kind == "looper":
+            inp = {"left": 1 + rng.randrange(4), "acc": i}
+        elif kind == "parent":
+            inp = 1 + rng.randrange(4)
+            plan.children[wid] = [(f"{wid}/kid{k}", POLICIES[k % len(POLICIES)]) for k in range(inp)]
+        else:
+            inp = i
+        plan.actions.append((t, Start(wid, defs[kind], inp, kind)))
+        if kind == "order":
+            if rng.random() < 0.5:
+                plan.actions.append((t + 1 + rng.randrange(80), Signal(wid, approve, rng.randrange(1000), f"{wid}/approve")))
+            if rng.random() < 0.12:
+                plan.actions.append((t + rng.randrange(40), Cancel(wid)))
+        elif kind == "counter":
+            for u in range(1 + rng.randrange(4)):
+                t2 = t + 1 + rng.randrange(120)
+                upd = Update(wid, add, rng.randrange(1200), f"{wid}/u{u}")
+                plan.actions.append((t2, upd))
+                if rng.random() < 0.3:
+                    # The same update ID sent again: it must get the same answer.
+                    plan.actions.append((t2 + rng.randrange(60), upd))
+                # Queries while the update's handler may be running.
+                for _ in range(3):
+                    plan.actions.append((t2 + 1 + rng.randrange(10), Query(wid, total_query, monotonic=True)))
+            for _ in range(2 + rng.randrange(6)):
+                plan.actions.append((t + 1 + rng.randrange(150), Query(wid, total_query, monotonic=True)))

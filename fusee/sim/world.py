@@ -1,0 +1,614 @@
+"""The simulated world: the real engine on a simulated disk and clock, a client, faults.
+
+One process "life" is one :class:`SimLoop` with one engine opened on the
+shared :class:`SimDisk`. A crash stops driving that loop forever (it is kept
+referenced so that no coroutine of a dead life is finalized at a random
+moment), applies the disk's crash model, and opens a new life on the same
+disk: recovery. The client's requests in flight at a crash are
+unacknowledged; the client sends every unacknowledged request again after
+the restart, as a real client would. Checkers run after every recovery and
+at the end. Everything is decided by the seed, and the trace proves it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import hashlib
+import heapq
+import inspect
+import random
+from collections.abc import Awaitable
+from typing import Any
+
+import fusee
+from fusee import errors
+from fusee.sim import checkers, workload
+from fusee.sim.checkers import Observed, Outcome, RunView, Snapshot
+from fusee.sim.config import SimConfig
+from fusee.sim.env import SimEnv
+from fusee.sim.loop import SimDeadlock, SimLoop
+from fusee.sim.plan import Action, Cancel, Plan, Signal, Start, Update
+from fusee.sim.report import Report
+from fusee.storage.simdisk import SimDisk
+
+#: Where the engine's directory lives on the simulated disk.
+DATA_DIR = "/sim/data"
+#: Longest a recovery or a snapshot may take in virtual seconds before it counts as hung.
+_HANG_S = 30.0
+#: Client retry delay after a refused or lost request (virtual seconds).
+_RETRY_S = 0.010
+#: The lines of the trace a failure report shows.
+TAIL_LINES = 60
+
+
+class SimFailure(AssertionError):
+    """A checker caught the engine breaking a promise (or the run could not complete)."""
+
+    def __init__(self, seed: int, message: str, trace: list[str], *, scenario: bool = False) -> None:
+        self.seed = seed
+        self.message = message
+        self.trace = trace
+        how = f"scenario.run({seed})" if scenario else f"python -m fusee.sim --seed {seed}"
+        tail = "\n".join(f"  {line}" for line in trace[-TAIL_LINES:])
+        super().__init__(f"seed {seed} failed: {message}\nreproduce: {how}\nlast trace lines:\n{tail}")
+
+
+@dataclasses.dataclass
+class Result:
+    """What one seed's run produced."""
+
+    report: Report
+    trace: list[str]
+    observed: Observed
+
+    @property
+    def trace_hash(self) -> str:
+        """SHA-256 of the whole trace: equal for two runs of one seed."""
+        h = hashlib.sha256()
+        for line in self.trace:
+            h.update(line.encode())
+            h.update(b"\n")
+        return h.hexdigest()
+
+
+# Event kinds, ordered by the heap after (time, sequence).
+_CLIENT, _CRASH, _RESTART = "client", "crash", "restart"
+
+# Errors after which a request is retried (the engine was not able to take it now).
+_RETRYABLE: tuple[type[BaseException], ...] = (errors.Busy, errors.EngineClosed, errors.StorageError)
+# Errors that say there is nothing to deliver to (the run ended or never existed).
+_NOTHING_THERE: tuple[type[BaseException], ...] = (errors.NotFound, errors.WorkflowFailed,
+                                                   errors.Cancelled, errors.QueryFailed)
+
+
+class World:
+    """One seed's simulated run. ``run()`` returns a :class:`Result` or raises :class:`SimFailure`."""
+
+    def __init__(self, cfg: SimConfig, plan: Plan | None = None, *, scenario: bool = False,
+                 verbose: bool = False) -> None:
+        self.cfg = cfg
+        self.plan = plan if plan is not None else workload.build(cfg)
+        self.scenario = scenario
+        self.verbose = verbose
+        self.rng = random.Random(f"world-{cfg.seed}")
+        self.disk = SimDisk(random.Random(f"disk-{cfg.seed}"),
+                            fail_flush_rate=cfg.flush_fail_per_mille / 1000.0)
+        self.report = Report(seed=cfg.seed)
+        self.obs = Observed()
+        self.obs.children = {k: list(v) for k, v in self.plan.children.items()}
+        self.trace: list[str] = []
+        self.t = 0.0
+        self.faults = True
+        self.opening = False
+        self.crash_pending = False
+        self.restart_pending = False
+        self.clock_offset_ms = 0
+        self.failure: SimFailure | None = None
+        self.life = 0
+        self.dead: list[SimLoop] = []
+        self.loop: SimLoop = SimLoop()
+        self.engine: Any = None
+        self._events: list[tuple[float, int, str, int]] = []
+        self._seq = 0
+        self.actions: list[Action] = []
+        self.acked: list[bool] = []
+        self.pending: dict[int, int] = {}  # action index -> scheduled or in-flight count
+        self.watched: dict[str, int] = {}  # workflow ID -> life its result watcher runs in
+        self._torn_before = 0
+        self._target = float("inf")
+        self._accepted: frozenset[str] | None = None
+
+    # --- the trace ------------------------------------------------------------
+
+    def log(self, text: str) -> None:
+        line = f"[{self.loop.now * 1000.0:.3f}] {text}"
+        self.trace.append(line)
+        if self.verbose:
+            print(line)
+
+    def fail(self, message: str) -> SimFailure:
+        return SimFailure(self.cfg.seed, message, self.trace, scenario=self.scenario)
+
+    def _fail_later(self, message: str) -> None:
+        """Reports a failure found inside the loop: the loop stops and the world raises it."""
+        if self.failure is None:
+            self.log(f"FAILED: {message}")
+            self.failure = self.fail(message)
+        self.loop.stop()
+
+    def _raise_failure(self) -> None:
+        if self.failure is not None:
+            raise self.failure
+
+    # --- scheduling -------------------------------------------------------------
+
+    def _at(self, t: float, kind: str, arg: int = 0) -> None:
+        heapq.heappush(self._events, (t, self._seq, kind, arg))
+        self._seq += 1
+        if t < self._target:
+            # Scheduled from inside the loop, before the time it runs to: stop
+            # there so the event is handled on time.
+            self._target = t
+            self.loop.call_at(t, self.loop.stop)
+
+    def _schedule_action(self, ix: int, t: float) -> None:
+        self.pending[ix] = self.pending.get(ix, 0) + 1
+        self._at(t, _CLIENT, ix)
+
+    def _io_latency(self) -> float:
+        return self.rng.uniform(0.00005, max(0.00005, self.cfg.max_io_ms / 1000.0))
+
+    def _msg_latency(self) -> float:
+        return self.rng.uniform(0.0, self.cfg.max_msg_ms / 1000.0)
+
+    def _after_io(self, error: BaseException | None) -> bool:
+        if isinstance(error, OSError) and not self.restart_pending:
+            # A supervisor restarts a process whose log failed.
+            self.log(f"I/O failed: {error}; the supervisor will restart the process")
+            self.restart_pending = True
+            self._at(self.loop.now + 0.001, _RESTART)
+        if (not self.faults or self.opening or self.crash_pending
+                or not self.cfg.crash_after_io_per_mille):
+            return False
+        if self.rng.randrange(1000) >= self.cfg.crash_after_io_per_mille:
+            return False
+        self.crash_pending = True
+        self.loop.stop()
+        withhold = self.rng.random() < 0.5
+        self.report.crashes_after_io += 1
+        self.log("crash right after an I/O completed" + (", before the engine heard" if withhold else ""))
+        return withhold
+
+    # --- lives ------------------------------------------------------------------
+
+    def _drive(self, aw: Awaitable[Any], what: str) -> Any:
+        """Runs ``aw`` on the current life to completion (bounded in virtual time)."""
+        loop = self.loop
+        task = loop.create_task(_await(aw))
+        task.add_done_callback(lambda _: loop.stop())
+        deadline = loop.now + _HANG_S
+        try:
+            while not task.done():
+                self._raise_failure()
+                if loop.now >= deadline:
+                    raise self.fail(f"{what} did not finish within {_HANG_S:.0f} simulated seconds")
+                loop.run_until(deadline)
+        except SimDeadlock as e:
+            raise self.fail(f"{what} can never finish: {e}") from None
+        self._raise_failure()
+        return task.result()
+
+    def _engine_options(self) -> dict[str, Any]:
+        if self._accepted is None:
+            params = inspect.signature(fusee.Engine.open).parameters
+            self._accepted = frozenset(params)
+        return self.cfg.engine_options(self._accepted)
+
+    def _open(self) -> None:
+        """Starts a new life: a fresh loop and an engine recovering from the disk."""
+        for attempt in range(20):
+            self.life += 1
+            self.loop = SimLoop(start=self.t)
+            env = SimEnv(self.disk, random.Random(self.rng.getrandbits(64)), self.loop,
+                         self._io_latency, message_latency=self._msg_latency,
+                         clock_offset_ms=self.clock_offset_ms, after_io=self._after_io)
+            self.opening = True
+            try:
+                self.engine = self._drive(
+                    fusee.Engine.open(DATA_DIR, workflows=self.plan.workflows, env=env,
+                                      **self._engine_options()),
+                    "recovery")
+            except SimFailure:
+                raise
+            except (errors.StorageError, OSError) as e:
+                if isinstance(e, errors.LogCorrupted) or not self.faults:
+                    raise self.fail(f"the engine failed to recover: {type(e).__name__}: {e}") from None
+                # The disk failed during the open itself: the supervisor tries again.
+                self.log(f"open failed ({type(e).__name__}); restarting (attempt {attempt + 1})")
+                self.dead.append(self.loop)
+                self.disk.crash()
+                self.t = self.loop.now
+                continue
+            except Exception as e:
+                raise self.fail(f"the engine failed to recover: {type(e).__name__}: {e}") from None
+            finally:
+                self.opening = False
+            self.restart_pending = False
+            self.t = self.loop.now
+            return
+        raise self.fail("the engine could not be opened in 20 attempts")
+
+    def _crash(self, kind: str) -> None:
+        self.t = self.loop.now
+        if kind == _RESTART:
+            self.report.restarts += 1
+            self.log("restart: the supervisor kills the process after its log failed")
+        else:
+            self.report.crashes += 1
+            self.log("crash: the process dies; unsynced writes are lost or torn")
+        self.dead.append(self.loop)
+        self._add_engine_stats()
+        self.engine = None
+        for hook in self.plan.on_crash:
+            hook()
+        self.disk.crash()
+        torn = self.disk.stats.sectors_torn
+        if torn > self._torn_before:
+            self.report.torn_tails += 1
+        self._torn_before = torn
+        if self.cfg.clock_jump_ms:
+            self.clock_offset_ms += self.rng.randrange(self.cfg.clock_jump_ms + 1)
+        self.crash_pending = False
+        self._open()
+        self.log(f"recovered (life {self.life})")
+        self.watched.clear()
+        self._after_recovery()
+
+    def _after_recovery(self) -> None:
+        # Requests in flight died with the process: the client sends them again.
+        self.pending = {}
+        for _, _, kind, ix in self._events:
+            if kind == _CLIENT:
+                self.pending[ix] = self.pending.get(ix, 0) + 1
+        for ix, acked in enumerate(self.acked):
+            if not acked and self.pending.get(ix, 0) == 0:
+                self.report.client_retries += 1
+                self._schedule_action(ix, self.loop.now + 0.001)
+        self._watch_all()
+        self._check(final=False)
+
+    # --- the client -------------------------------------------------------------
+
+    def _watch_all(self) -> None:
+        for wid in list(self.obs.starts):
+            self._watch(wid)
+        for parent in self.obs.starts:
+            for kid, _ in self.obs.children.get(parent, ()):
+                self._watch(kid)
+
+    def _watch(self, wid: str) -> None:
+        if self.watched.get(wid) == self.life:
+            return
+        self.watched[wid] = self.life
+        self.loop.create_task(self._result_watcher(wid, self.life))
+
+    async def _result_watcher(self, wid: str, life: int) -> None:
+        engine = self.engine
+        while True:
+            try:
+                value = await engine.get(wid).result()
+                outcome = Outcome("ok", value)
+            except errors.NotFound:
+                # A child not started yet (its start message may be on its way).
+                await asyncio.sleep(_RETRY_S)
+                continue
+            except errors.Cancelled:
+                outcome = Outcome("cancelled", None)
+            except errors.WorkflowFailed as e:
+                outcome = Outcome(str(e.status).lower(), None)
+            except errors.StepFailed:
+                outcome = Outcome("failed", None)
+            except _RETRYABLE as e:
+                self._engine_trouble(e)
+                return
+            except Exception as e:
+                self._fail_later(f"result of {wid} raised {type(e).__name__}: {e}")
+                return
+            break
+        if life != self.life:
+            return
+        first = wid not in self.obs.results
+        self.obs.result(wid, outcome)
+        if first:
+            self.log(f"result {wid} {outcome.status} {outcome.value!r}")
+
+    def _engine_trouble(self, e: BaseException) -> None:
+        if isinstance(e, (errors.EngineClosed, errors.StorageError)) and not self.restart_pending:
+            self.log(f"engine unavailable ({type(e).__name__}); the supervisor will restart it")
+            self.restart_pending = True
+            self._at(self.loop.now + 0.001, _RESTART)
+
+    def _dispatch(self, ix: int) -> None:
+        self.pending[ix] = max(0, self.pending.get(ix, 0) - 1)
+        if self.acked[ix]:
+            return
+        action = self.actions[ix]
+        if not isinstance(action, Start) and action.id not in self.obs.starts:
+            # The client only talks to workflows whose start it saw acknowledged.
+            self._schedule_action(ix, self.loop.now + 0.005)
+            return
+        self.pending[ix] = self.pending.get(ix, 0) + 1
+        self.loop.create_task(self._client(ix, self.life))
+
+    async def _client(self, ix: int, life: int) -> None:
+        engine = self.engine
+        action = self.actions[ix]
+        try:
+            answer = await self._request(engine, action)
+        except errors.UpdateRejected:
+            answer = ("rejected", None)
+        except errors.UpdateFailed:
+            answer = ("update_failed", None)
+        except _RETRYABLE as e:
+            if life == self.life:
+                self.pending[ix] = max(0, self.pending.get(ix, 0) - 1)
+                self.log(f"{_describe(action)}: {type(e).__name__}; again later")
+                self.report.client_retries += 1
+                self._engine_trouble(e)
+                self._schedule_action(ix, self.loop.now + _RETRY_S)
+            return
+        except _NOTHING_THERE as e:
+            answer = ("nothing", type(e).__name__)
+        except errors.AlreadyExists:
+            answer = ("exists", None)
+        except Exception as e:
+            if isinstance(action, Update) and not isinstance(e, errors.FuseeError):
+                # The validator's own error: the update was rejected, nothing recorded.
+                answer = ("rejected", None)
+            else:
+                self._fail_later(f"{_describe(action)} raised {type(e).__name__}: {e}")
+                return
+        if life != self.life:
+            return
+        self.pending[ix] = max(0, self.pending.get(ix, 0) - 1)
+        self.acked[ix] = True
+        self._observe(action, answer)
+
+    def _resolve(self, workflow: Any) -> Any:
+        """The plan's definition of ``workflow`` (given as a definition or a name)."""
+        name = workflow if isinstance(workflow, str) else workflow.name
+        for wf in self.plan.workflows:
+            if wf.name == name:
+                return wf
+        return workflow
+
+    async def _request(self, engine: Any, action: Action) -> tuple[str, Any]:
+        if isinstance(action, Start):
+            wf = self._resolve(action.workflow)
+            # A start sent again after a crash attaches to the run it made.
+            await engine.start(wf, action.id, action.input, if_running="attach", if_finished="attach")
+            return ("ok", None)
+        if isinstance(action, Signal):
+            # One dedup key per request, so a signal sent again is not received twice.
+            await engine.signal(action.id, action.signal, action.value, dedup_key=action.key or None)
+            return ("ok", None)
+        if isinstance(action, Cancel):
+            await engine.cancel(action.id)
+            return ("ok", None)
+        if isinstance(action, Update):
+            return ("ok", await engine.update(action.id, action.update, action.value,
+                                              update_id=action.update_id))
+        return ("ok", await engine.query(action.id, action.query))
+
+    def _observe(self, action: Action, answer: tuple[str, Any]) -> None:
+        status, value = answer
+        self.log(f"{_describe(action)}: {status} {value!r}")
+        if isinstance(action, Start):
+            self.obs.start_acked(action.id, action.kind)
+            self._watch(action.id)
+            for kid, _ in self.obs.children.get(action.id, ()):
+                self._watch(kid)
+        elif isinstance(action, Signal):
+            if status == "ok":
+                self.obs.signal_acked(action.id, action.signal.name)
+                self.report.signals += 1
+        elif isinstance(action, Cancel):
+            self.report.cancels += status == "ok"
+        elif isinstance(action, Update):
+            if status in ("ok", "rejected", "update_failed"):
+                self.obs.update_answered(action.id, action.update_id, Outcome(status, value))
+                self.report.updates += status == "ok"
+                self.report.updates_rejected += status == "rejected"
+        elif status == "ok":
+            self.report.queries += 1
+            if action.monotonic and isinstance(value, int):
+                self.obs.query_answered(action.id, value)
+
+    # --- checks -------------------------------------------------------------------
+
+    async def _snapshot(self) -> Snapshot:
+        engine = self.engine
+        ids = list(self.obs.starts)
+        for parent in self.obs.starts:
+            ids.extend(kid for kid, _ in self.obs.children.get(parent, ()))
+        snap = Snapshot()
+        for wid in ids:
+            try:
+                snap.runs[wid] = RunView(wid, list(await engine.journal(wid)))
+            except errors.NotFound:
+                snap.runs[wid] = RunView(wid, None)
+        snap.stuck = dict(engine.stuck())
+        return snap
+
+    def _check(self, *, final: bool) -> None:
+        self.opening = True
+        try:
+            snap = self._drive(self._snapshot(), "reading the journals")
+        except _RETRYABLE as e:
+            self.log(f"snapshot skipped: {type(e).__name__}")
+            return
+        finally:
+            self.opening = False
+        problems = checkers.check_all(self.obs, snap, self.plan.service_violations(), final=final)
+        if problems:
+            raise self.fail(problems[0])
+
+    def _all_done(self) -> bool:
+        if not all(self.acked):
+            return False
+        for wid in self.obs.starts:
+            if wid not in self.obs.results:
+                return False
+            for kid, _ in self.obs.children.get(wid, ()):
+                if kid not in self.obs.results:
+                    return False
+        return True
+
+    def _unfinished(self) -> list[str]:
+        out = [f"{_describe(a)} (unacknowledged)" for a, ok in zip(self.actions, self.acked, strict=True)
+               if not ok]
+        for wid in self.obs.starts:
+            for x in [wid, *(k for k, _ in self.obs.children.get(wid, ()))]:
+                if x not in self.obs.results:
+                    out.append(f"{x} (no result)")
+        return out
+
+    # --- the run ------------------------------------------------------------------
+
+    def _handle_due(self, until: float) -> None:
+        while self._events and self._events[0][0] <= until:
+            _, _, kind, arg = heapq.heappop(self._events)
+            if kind == _CLIENT:
+                self._dispatch(arg)
+            elif kind == _CRASH:
+                if self.faults:
+                    self._crash(_CRASH)
+            elif kind == _RESTART and self.restart_pending:
+                self._crash(_RESTART)
+            if self.crash_pending:
+                self._crash(_CRASH)
+
+    def _advance(self, until: float) -> None:
+        """Runs the engine up to ``until``, handling faults as they come."""
+        self._target = until
+        try:
+            self.loop.run_until(until)
+        except SimDeadlock as e:  # run_until always has its own timer: cannot happen
+            raise self.fail(str(e)) from None
+        self._target = float("inf")
+        self.t = self.loop.now
+        self._raise_failure()
+        if self.crash_pending:
+            self._crash(_CRASH)
+
+    def run(self) -> Result:
+        cfg = self.cfg
+        self.log(cfg.describe())
+        for t_ms, action in sorted(self.plan.actions, key=lambda a: a[0]):
+            self.actions.append(action)
+            self.acked.append(False)
+            self._schedule_action(len(self.actions) - 1, t_ms / 1000.0)
+        if cfg.crash_every_ms:
+            t = 0
+            while True:
+                t += 1 + self.rng.randrange(cfg.crash_every_ms * 2)
+                if t > cfg.duration_ms:
+                    break
+                self._at(t / 1000.0, _CRASH)
+        self._open()
+        fault_end = cfg.duration_ms / 1000.0
+        while self.loop.now < fault_end:
+            nxt = min(self._events[0][0], fault_end) if self._events else fault_end
+            self._advance(nxt)
+            if self.loop.now >= nxt:
+                self._handle_due(self.loop.now)
+            self._check_service()
+        # Faults stop; every acknowledged workflow must now finish.
+        self.faults = False
+        self.disk.fail_flush_rate = 0.0
+        self._events = [e for e in self._events if e[2] != _CRASH]
+        heapq.heapify(self._events)
+        self.log("faults stop")
+        if self.restart_pending:
+            self._crash(_RESTART)
+        deadline = fault_end + cfg.settle_ms / 1000.0
+        while not self._all_done():
+            if self.loop.now > deadline:
+                pending = self._unfinished()
+                raise self.fail(f"{len(pending)} requests or workflows did not finish "
+                                f"{cfg.settle_ms} ms after faults stopped: {', '.join(pending[:10])}")
+            nxt = self.loop.now + 0.020
+            if self._events:
+                nxt = min(nxt, self._events[0][0])
+            self._advance(nxt)
+            if self.loop.now >= nxt:
+                self._handle_due(self.loop.now)
+            self._check_service()
+        self.log("all finished")
+        self._check(final=True)
+        self._finish_report()
+        self.log("report " + self.report.line())
+        return Result(self.report, self.trace, self.obs)
+
+    def _check_service(self) -> None:
+        v = self.plan.service_violations()
+        if v:
+            raise self.fail(v[0])
+        if self.obs.violations:
+            raise self.fail(self.obs.violations[0])
+
+    def _finish_report(self) -> None:
+        r = self.report
+        r.workflows = len(self.obs.starts)
+        r.finished = len(self.obs.results)
+        r.flush_failures = self.disk.stats.failed_fdatasyncs
+        r.sim_ms = int(self.loop.now * 1000)
+        r.children = sum(1 for kids in self.obs.children.values() for k, _ in kids
+                         if k in self.obs.results)
+        for name, value in self.plan.counters().items():
+            if hasattr(r, name):
+                setattr(r, name, value)
+        self._add_engine_stats()
+
+    def _add_engine_stats(self) -> None:
+        """Adds the engine's counters of this life (replays, parks) to the report."""
+        stats = getattr(self.engine, "stats", None)
+        if callable(stats):
+            stats = stats()
+        if isinstance(stats, dict):
+            for name in ("replays", "parked"):
+                value = stats.get(name, 0)
+                if isinstance(value, int):
+                    setattr(self.report, name, getattr(self.report, name) + value)
+
+    def bury(self) -> None:
+        """Disposes of the dead lives' coroutines (call once the run is over)."""
+        for loop in [*self.dead, self.loop]:
+            loop.bury()
+        self.dead.clear()
+
+
+async def _await(aw: Awaitable[Any]) -> Any:
+    return await aw
+
+
+def _describe(action: Action) -> str:
+    if isinstance(action, Start):
+        return f"start {action.id} ({action.kind})"
+    if isinstance(action, Signal):
+        return f"signal {action.signal.name}={action.value!r} to {action.id}"
+    if isinstance(action, Cancel):
+        return f"cancel {action.id}"
+    if isinstance(action, Update):
+        return f"update {action.update_id} add={action.value!r}"
+    return f"query {action.query.name} of {action.id}"
+
+
+def run_seed(seed: int, *, verbose: bool = False, config: SimConfig | None = None) -> Result:
+    """Runs one seed of the built-in workload; raises :class:`SimFailure` if a check fails."""
+    world = World(config if config is not None else SimConfig.for_seed(seed), verbose=verbose)
+    try:
+        return world.run()
+    finally:
+        world.bury()
