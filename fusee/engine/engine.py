@@ -203,6 +203,8 @@ class Engine:
             if w.name in registry and registry[w.name] is not w:
                 raise ValueError(f"two workflows are registered under the name {w.name!r}")
             registry[w.name] = w
+        if not isinstance(checkpoint_every, int) or checkpoint_every < 1:
+            raise ValueError(f"checkpoint_every must be a positive int, got {checkpoint_every!r}")
         if shards is not None and (not isinstance(shards, int) or isinstance(shards, bool) or shards < 1):
             raise ValueError(f"shards must be a positive int, got {shards!r}")
         if retry is not None and not isinstance(retry, Retry):
@@ -257,6 +259,7 @@ class Engine:
             park_after=park_after,
             max_loaded=max_loaded,
             retention=retention,
+            checkpoint_every=checkpoint_every,
         )
         if recovery.checkpoint is not None:
             self._rt.load_checkpoint(recovery.checkpoint)
@@ -331,7 +334,6 @@ class Engine:
         )
         run_id = st.run_id
         await self._durable(st.shard, lsn)
-        self._maybe_checkpoint()
         return RunHandle(self, wid, run_id)
 
     async def execute(
@@ -500,14 +502,13 @@ class Engine:
 
     # --- checkpoints and closing ------------------------------------------------
 
-    def _maybe_checkpoint(self) -> None:
-        pass
-
     async def checkpoint(self) -> None:
-        """Writes a checkpoint: the next open reads it instead of the log before it."""
+        """Writes a checkpoint now: the next open reads it instead of the log before it.
+
+        The engine also writes one every ``checkpoint_every`` records, and at close.
+        """
         self._check_open()
-        state = self._rt.checkpoint_state()
-        self._log.checkpoint(state)
+        self._rt.checkpoint()
 
     async def close(self) -> None:
         """Stops the engine: running code stops where it is (it continues at the next open),

@@ -178,8 +178,12 @@ class Runtime:
         park_after: float | None = 60.0,
         max_loaded: int | None = None,
         retention: float | None = None,
+        checkpoint_every: int = 200_000,
     ) -> None:
         self.env = env
+        self.checkpoint_every = checkpoint_every
+        self._since_checkpoint = 0
+        self._checkpoint_scheduled = False
         self.park_after_ms = None if park_after is None else int(park_after * 1000)
         self.max_loaded = max_loaded
         self.retention_ms = None if retention is None else int(retention * 1000)
@@ -205,12 +209,28 @@ class Runtime:
         self._token = 0
         self._tasks: set[asyncio.Task[Any]] = set()
         self.closed = False
-        self.stats = {"steps": 0, "replays": 0, "runs_started": 0, "parked": 0, "woken": 0}
+        self.stats = {"steps": 0, "replays": 0, "runs_started": 0, "parked": 0, "woken": 0, "checkpoints": 0}
 
     # --- log ------------------------------------------------------------
 
     def append(self, shard: int, r: rec.Record) -> int:
+        self._since_checkpoint += 1
+        if self._since_checkpoint >= self.checkpoint_every and not self._checkpoint_scheduled:
+            self._checkpoint_scheduled = True
+            self.loop.call_soon(self.checkpoint)
         return self.committer.append(shard, rec.encode(r))  # type: ignore[no-any-return]
+
+    def checkpoint(self) -> None:
+        """Writes a checkpoint of every workflow: recovery then reads only the log after it."""
+        self._checkpoint_scheduled = False
+        if self.closed or self.log.failed is not None:
+            return
+        self._since_checkpoint = 0
+        try:
+            self.committer.checkpoint(self.checkpoint_state())
+        except FuseeError:
+            pass  # the log failed: every waiter hears of it; the next open recovers
+        self.stats["checkpoints"] += 1
 
     def durable(self, shard: int) -> int:
         return self.log.durable(shard)  # type: ignore[no-any-return]

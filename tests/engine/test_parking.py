@@ -99,3 +99,30 @@ def test_retention_forgets_finished_workflows() -> None:
             assert await engine.execute(quick, "q-1") == 1  # the ID is free again
 
     asyncio.run(main())
+
+
+@fusee.workflow("stepper")
+async def stepper(ctx: fusee.Ctx, n: int) -> int:
+    for i in range(n):
+        await ctx.step(f"s{i}", lambda: i)
+    return n
+
+
+def test_periodic_checkpoints_bound_recovery(tmp_path: Path) -> None:
+    async def main() -> None:
+        engine = await fusee.Engine.open(tmp_path, workflows=[stepper, napper], checkpoint_every=40)
+        for i in range(30):
+            assert await engine.execute(stepper, f"st-{i}", 5) == 5
+        await engine.start(napper, "sleepy", 3_600_000)
+        assert engine.stats["checkpoints"] >= 3
+        # A crash (no close, no final checkpoint): the process lets go of the directory.
+        engine._rt.closed = True
+        engine._closed = True
+        engine._log.close()
+        # Recovery reads only the log after the last periodic checkpoint.
+        async with fusee.Engine.open(tmp_path, workflows=[stepper, napper]) as engine:
+            assert engine.recovered_records < 60
+            assert await engine.get("st-0").result() == 5
+            await engine.signal("sleepy", poke, 1)
+
+    asyncio.run(main())

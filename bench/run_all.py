@@ -1,0 +1,512 @@
+"""Runs every benchmark, Fusee and DBOS side by side, and writes the report.
+
+    .venv/bin/python bench/run_all.py [--quick] [--no-dbos] [--no-postgres] [sizes...]
+
+1. the floor of the disk (``floor.py``);
+2. each Fusee workload in a fresh process (``workloads_fusee.py``);
+3. DBOS Transact on SQLite and, when a PostgreSQL installation is found, on a
+   throwaway local cluster (``workloads_dbos.py`` inside ``bench/.venv-dbos``,
+   which this script creates with ``pip install dbos matplotlib``);
+4. a markdown table with the fusee/DBOS ratios and the issue's targets,
+   written to ``bench/results/latest.md`` (``latest.json`` too), and a plot of
+   the step latency distributions in ``bench/results/step_latency.png``.
+
+A workload that fails is reported as failed in the table; the others still run.
+Every data directory lives under ``bench/results/tmp/`` (the disk measured by
+the floor) and is removed at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import common
+
+DBOS_VENV = common.BENCH_DIR / ".venv-dbos"
+DBOS_PY = DBOS_VENV / "bin" / "python"
+PLOT_NAME = "step_latency.png"
+FUSEE_WORKLOADS = ["chain", "fanout", "start", "signals", "timers", "scale", "recovery"]
+DBOS_WORKLOADS = ["chain", "fanout", "start", "signals", "timers"]
+
+
+def log(message: str) -> None:
+    """Progress on stderr, so stdout stays the report."""
+    print(f"[bench {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def run_script(cmd: list[str], label: str, timeout: float) -> list[dict[str, Any]]:
+    """Runs a workload script; its marked results, or one failure entry naming why."""
+    log(f"{label}: {' '.join(cmd[1:])}")
+    t0 = time.perf_counter()
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                              cwd=common.REPO_DIR)
+    except subprocess.TimeoutExpired:
+        log(f"{label}: timed out after {timeout:.0f} s")
+        return [{"error": f"timed out after {timeout:.0f} s"}]
+    results = common.parse_results(proc.stdout)
+    if proc.returncode != 0 or not results:
+        tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
+        log(f"{label}: failed (exit {proc.returncode}): {tail}")
+        sys.stderr.write(proc.stderr[-3000:])
+        return [*results, {"error": f"exit {proc.returncode}: {tail}"}]
+    log(f"{label}: done in {time.perf_counter() - t0:.1f} s")
+    return results
+
+
+# --- DBOS's environment and PostgreSQL ------------------------------------------
+
+
+def ensure_dbos_venv() -> bool:
+    """Creates ``bench/.venv-dbos`` with dbos and matplotlib unless it already works."""
+    probe = [str(DBOS_PY), "-c", "import dbos, matplotlib"]
+    if DBOS_PY.exists() and subprocess.run(probe, capture_output=True).returncode == 0:
+        return True
+    log("creating bench/.venv-dbos (python3 -m venv; pip install dbos matplotlib)")
+    base = shutil.which("python3") or sys.executable
+    steps = [[base, "-m", "venv", str(DBOS_VENV)],
+             [str(DBOS_PY), "-m", "pip", "install", "-q", "--disable-pip-version-check",
+              "dbos", "matplotlib"]]
+    for step in steps:
+        if subprocess.run(step).returncode != 0:
+            log(f"could not set up the DBOS environment ({' '.join(step)})")
+            return False
+    # Keep the environment out of git and linters, as Python >= 3.13 venvs do.
+    (DBOS_VENV / ".gitignore").write_text("*\n")
+    return subprocess.run(probe, capture_output=True).returncode == 0
+
+
+def _pg_bin() -> Path | None:
+    initdb = shutil.which("initdb")
+    if initdb:
+        return Path(initdb).resolve().parent
+    versions = sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"))
+    return versions[-1].parent if versions else None
+
+
+@contextlib.contextmanager
+def local_postgres(parent: Path) -> Iterator[str | None]:
+    """A throwaway PostgreSQL cluster on loopback in a directory under ``parent``, or None.
+
+    Server defaults throughout (fsync and synchronous_commit on); only the
+    port, socket directory and listen address are set. Runs as the
+    ``postgres`` user when this process is root (PostgreSQL refuses root).
+    """
+    bindir = _pg_bin()
+    if bindir is None:
+        print("PostgreSQL: not available", file=sys.stderr)
+        yield None
+        return
+    base = Path(tempfile.mkdtemp(prefix="pg-", dir=parent))
+    data, sockets = base / "data", base / "sock"
+    sockets.mkdir()
+    prefix: list[str] = []
+    if os.geteuid() == 0:
+        runuser = shutil.which("runuser")
+        if runuser is None:
+            print("PostgreSQL: not available (root, and no runuser)", file=sys.stderr)
+            yield None
+            return
+        shutil.chown(base, "postgres")
+        shutil.chown(sockets, "postgres")
+        prefix = [runuser, "-u", "postgres", "--"]
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    started = False
+    try:
+        subprocess.run([*prefix, str(bindir / "initdb"), "-D", str(data), "-A", "trust",
+                        "-U", "postgres", "--no-sync"], check=True, capture_output=True)
+        subprocess.run([*prefix, str(bindir / "pg_ctl"), "-D", str(data), "-w",
+                        "-l", str(base / "server.log"), "-o",
+                        f"-p {port} -k {sockets} -c listen_addresses=127.0.0.1", "start"],
+                       check=True, capture_output=True)
+        started = True
+        log(f"PostgreSQL started on 127.0.0.1:{port} ({bindir})")
+        yield f"postgresql://postgres@127.0.0.1:{port}/fusee_bench"
+    except subprocess.CalledProcessError as exc:
+        print(f"PostgreSQL: not available ({exc.stderr.decode(errors='replace')[-300:]})",
+              file=sys.stderr)
+        yield None
+    finally:
+        if started:
+            subprocess.run([*prefix, str(bindir / "pg_ctl"), "-D", str(data), "-m", "fast",
+                            "stop"], capture_output=True)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+# --- the report ----------------------------------------------------------------
+
+
+def _get(results: dict[str, dict[str, Any]], system: str, workload: str,
+         key: str) -> float | None:
+    value = results.get(system, {}).get(workload, {}).get(key)
+    return float(value) if isinstance(value, int | float) else None
+
+
+def _fmt(value: float | None, unit: str) -> str:
+    if value is None:
+        return "–"
+    if unit == "us":
+        return common.format_us(value)
+    if unit == "s":
+        return f"{value:.2f} s" if value < 100 else f"{value:,.0f} s"
+    if unit == "bytes":
+        return f"{value:,.0f} B"
+    if unit == "cpu":
+        return f"{value:.3f} s"
+    return f"{value:,.0f}"
+
+
+def _ratio(fusee: float | None, other: float | None, higher_is_better: bool) -> str:
+    if fusee is None or other is None or other == 0 or fusee == 0:
+        return "–"
+    ratio = fusee / other
+    better = ratio if higher_is_better else 1 / ratio
+    if better >= 1:
+        return f"{_short(ratio)} ({_short(better)}× better)"
+    return f"{_short(ratio)} ({_short(1 / better)}× worse)"
+
+
+def _short(x: float) -> str:
+    """A ratio with as many digits as it deserves."""
+    if x >= 100:
+        return f"{x:,.0f}"
+    return f"{x:.3g}" if x >= 0.01 else f"{x:.2g}"
+
+
+#: (workload, key, label, unit, higher is better)
+ROWS: list[tuple[str, str, str, str, bool]] = [
+    ("chain", "us_per_step", "chain: time per step", "us", False),
+    ("chain", "p50_us", "chain: step latency p50", "us", False),
+    ("chain", "p99_us", "chain: step latency p99", "us", False),
+    ("fanout", "steps_per_s", "fan-out: durable steps/s", "n", True),
+    ("fanout", "workflows_per_s", "fan-out: workflows/s", "n", True),
+    ("fanout", "p50_us", "fan-out: workflow latency p50", "us", False),
+    ("fanout", "p99_us", "fan-out: workflow latency p99", "us", False),
+    ("fanout", "cpu_s_per_1000_steps", "fan-out: CPU s per 1,000 steps", "cpu", False),
+    ("start", "p50_us", "start latency p50", "us", False),
+    ("start", "p99_us", "start latency p99", "us", False),
+    ("signals", "p50_us", "signal → resumed p50", "us", False),
+    ("signals", "p99_us", "signal → resumed p99", "us", False),
+    ("signals", "per_s", "signals/s (one at a time)", "n", True),
+    ("timers", "p50_us", "timer due → resumed p50", "us", False),
+    ("timers", "p99_us", "timer due → resumed p99", "us", False),
+    ("scale", "starts_per_s", "scale: starts/s", "n", True),
+    ("scale", "rss_bytes_per_run", "scale: RSS per parked run", "bytes", False),
+    ("scale", "reopen_s", "scale: reopen after clean close", "s", False),
+    ("recovery", "no_checkpoint_reopen_s", "recovery after SIGKILL, no checkpoint", "s", False),
+    ("recovery", "with_checkpoint_reopen_s", "recovery after SIGKILL, recent checkpoint",
+     "s", False),
+]
+
+
+def targets(results: dict[str, dict[str, Any]]) -> list[tuple[str, str, bool | None]]:
+    """Each target of issue 6: (what, measured figure, met? or None if not measured)."""
+    floor = _get(results, "floor", "floor", "p50_us")
+    per_step = _get(results, "fusee", "chain", "us_per_step")
+    p50 = _get(results, "fusee", "chain", "p50_us")
+    p99 = _get(results, "fusee", "chain", "p99_us")
+    steps = _get(results, "fusee", "fanout", "steps_per_s")
+    dbos_steps = _get(results, "dbos-sqlite", "fanout", "steps_per_s")
+    start = _get(results, "fusee", "start", "p50_us")
+    rss = _get(results, "fusee", "scale", "rss_bytes_per_run")
+    reopen = _get(results, "fusee", "scale", "reopen_s")
+    runs = _get(results, "fusee", "scale", "count")
+
+    out: list[tuple[str, str, bool | None]] = []
+
+    def add(what: str, figure: str, ok: bool | None) -> None:
+        out.append((what, figure, ok))
+
+    if per_step is not None and floor:
+        add("chain: µs/step ≤ 1.3 × floor p50", f"{per_step / floor:.2f} × floor",
+            per_step <= 1.3 * floor)
+    else:
+        add("chain: µs/step ≤ 1.3 × floor p50", "not measured", None)
+    if p50 and p99 is not None:
+        add("chain: p99 ≤ 2 × p50", f"p99 = {p99 / p50:.2f} × p50", p99 <= 2 * p50)
+    else:
+        add("chain: p99 ≤ 2 × p50", "not measured", None)
+    add("fan-out: ≥ 20,000 durable steps/s",
+        _fmt(steps, "n") + " steps/s" if steps else "not measured",
+        None if steps is None else steps >= 20_000)
+    if steps and dbos_steps:
+        add("fan-out: ≥ 10 × DBOS on SQLite", f"{steps / dbos_steps:.1f} ×",
+            steps >= 10 * dbos_steps)
+    else:
+        add("fan-out: ≥ 10 × DBOS on SQLite", "not measured", None)
+    if start is not None and floor:
+        add("start latency p50 ≤ 3 × floor p50", f"{start / floor:.2f} × floor",
+            start <= 3 * floor)
+    else:
+        add("start latency p50 ≤ 3 × floor p50", "not measured", None)
+    add("parked run ≤ 1 KiB RSS", _fmt(rss, "bytes") if rss is not None else "not measured",
+        None if rss is None else rss <= 1024)
+    if reopen is not None and runs is not None:
+        label = f"{reopen:.2f} s for {runs:,.0f} runs"
+        add("reopen after clean close of 1,000,000 runs ≤ 5 s", label,
+            reopen <= 5 if runs >= 1_000_000 else None)
+    else:
+        add("reopen after clean close of 1,000,000 runs ≤ 5 s", "not measured", None)
+    return out
+
+
+def _sizes_of(workloads: dict[str, dict[str, Any]]) -> str:
+    """The size each workload of one system actually ran at."""
+    parts = []
+    for name, r in workloads.items():
+        if "steps_per_workflow" in r:
+            parts.append(f"{name} {r['workflows']:,}×{r['steps_per_workflow']}")
+        elif "records" in r and r["records"] > 0:
+            parts.append(f"{name} {r['runs']:,} runs / {r['records']:,} records")
+        elif "steps" in r or "count" in r or "runs" in r:
+            size = r.get("steps", r.get("count", r.get("runs")))
+            limit = " (stopped at the RSS limit)" if r.get("stopped_at_rss_limit") else ""
+            parts.append(f"{name} {size:,}{limit}")
+    return ", ".join(parts) or "nothing ran"
+
+
+def _size(results: dict[str, dict[str, Any]], system: str, workload: str) -> Any:
+    """The size a system ran a workload at (steps, workflows or runs)."""
+    r = results.get(system, {}).get(workload, {})
+    return r.get("steps", r.get("workflows", r.get("count", r.get("runs"))))
+
+
+def render(results: dict[str, dict[str, Any]], env: dict[str, str], sizes: str,
+           durability: dict[str, str], plot: str | None) -> str:
+    """The whole markdown report."""
+    systems = [s for s in ("dbos-sqlite", "dbos-postgres") if s in results]
+    names = {"dbos-sqlite": "DBOS (SQLite)", "dbos-postgres": "DBOS (PostgreSQL)"}
+    lines = ["# Fusee benchmarks", "",
+             f"Run {time.strftime('%Y-%m-%d %H:%M %Z')}. Sizes: {sizes}.", ""]
+    lines += [f"- **{k}**: {v}" for k, v in env.items()]
+    lines += ["- **Fusee durability**: every acknowledged start, signal and step result is "
+              "in the shared log and `fdatasync`ed before it is acknowledged or acted on "
+              "(group commit; engine defaults)."]
+    for system, text in durability.items():
+        lines.append(f"- **{names.get(system, system)} durability**: {text}")
+    floor = results.get("floor", {}).get("floor", {})
+    if "p50_us" in floor:
+        lines += ["", f"**Floor** (pwrite {floor.get('record_size', 100)} B + fdatasync, "
+                  f"preallocated file, same disk): p50 {common.format_us(floor['p50_us'])}, "
+                  f"p99 {common.format_us(floor['p99_us'])}, "
+                  f"{floor['ops_per_s']:,.0f} ops/s."]
+    elif "error" in floor:
+        lines += ["", f"**Floor**: failed ({floor['error']})."]
+    after = results.get("floor", {}).get("floor_after", {})
+    if "p50_us" in after:
+        lines += ["", f"Floor measured again at the end: p50 {common.format_us(after['p50_us'])}, "
+                  f"p99 {common.format_us(after['p99_us'])} (a large change means the disk "
+                  "was busy with something else during the run)."]
+    lines += ["", "Sizes as run: " + "; ".join(
+        f"{names.get(s, s)}: {_sizes_of(ws)}" for s, ws in results.items()
+        if s != "floor") + "."]
+    header = ["measure", "fusee", *(names[s] for s in systems),
+              *(f"fusee / {names[s]}" for s in systems)]
+    lines += ["", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    per_step = _get(results, "fusee", "chain", "us_per_step")
+    different_sizes = False
+    for workload, key, label, unit, higher in ROWS:
+        fusee_value = _get(results, "fusee", workload, key)
+        cells = [label, _fmt(fusee_value, unit)]
+        if fusee_value is None and "error" in results.get("fusee", {}).get(workload, {}):
+            cells[1] = "failed"
+        others = [_get(results, s, workload, key) for s in systems]
+        cells += [_fmt(v, unit) for v in others]
+        for s, v in zip(systems, others, strict=True):
+            ratio = _ratio(fusee_value, v, higher)
+            if ratio != "–" and _size(results, "fusee", workload) != _size(results, s, workload):
+                ratio += " †"
+                different_sizes = True
+            cells.append(ratio)
+        lines.append("| " + " | ".join(cells) + " |")
+        if (workload, key) == ("chain", "us_per_step") and floor.get("p50_us"):
+            ratio_cells = ["chain: time per step ÷ floor p50",
+                           f"{per_step / floor['p50_us']:.2f}" if per_step else "–"]
+            for s in systems:
+                v = _get(results, s, "chain", "us_per_step")
+                ratio_cells.append(f"{v / floor['p50_us']:.1f}" if v else "–")
+            ratio_cells += ["" for _ in systems]
+            lines.append("| " + " | ".join(ratio_cells) + " |")
+    lines += ["", "Ratios are fusee ÷ DBOS; \"better\" reads the ratio the right way round "
+              "(lower latency, higher throughput). Timer figures count from the step "
+              "before the sleep plus its duration, so they include one durable write."]
+    if different_sizes:
+        lines += ["† the two systems ran this workload at different sizes (see above)."]
+    lines += [""]
+    lines += ["## Targets (issue 6)", ""]
+    if sizes.startswith("quick"):
+        lines += ["Quick sizes: the verdicts below are indicative only.", ""]
+    lines += ["| target | measured | |", "|---|---|---|"]
+    for what, figure, ok in targets(results):
+        verdict = "met" if ok else ("missed" if ok is False else "not judged")
+        lines.append(f"| {what} | {figure} | {verdict} |")
+    failures = [(s, w, r["error"]) for s, ws in results.items() for w, r in ws.items()
+                if "error" in r]
+    if failures:
+        lines += ["", "## Failed workloads", ""]
+        lines += [f"- {s} / {w}: {e}" for s, w, e in failures]
+    if plot:
+        lines += ["", f"![step latency distributions]({plot})"]
+    return "\n".join(lines) + "\n"
+
+
+def plot_main(results_path: Path, png_path: Path) -> int:
+    """``run_all.py --plot RESULTS PNG``: the CDF of step latencies (needs matplotlib)."""
+    import matplotlib  # type: ignore[import-not-found, unused-ignore]
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # type: ignore[import-not-found, unused-ignore]
+
+    samples: dict[str, list[float]] = json.loads(results_path.read_text())
+    fig, ax = plt.subplots(figsize=(8, 4.5), dpi=120)
+    # One colour per system whatever is missing, so plots of different runs compare.
+    colours = ["tab:gray", "tab:blue", "tab:orange", "tab:green", "tab:red"]
+    for colour, (label, values) in zip(colours, samples.items(), strict=False):
+        if not values:
+            continue
+        ordered = sorted(values)
+        ax.plot(ordered, [(i + 1) / len(ordered) for i in range(len(ordered))], label=label,
+                color=colour)
+    ax.set_xscale("log")
+    ax.set_xlabel("latency per sequential step (µs, log scale)")
+    ax.set_ylabel("fraction of steps ≤ x")
+    ax.set_title("Sequential step latency: Fusee vs DBOS vs the disk floor")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(png_path)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Runs everything and writes the report (see the module docstring)."""
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="small sizes (smoke run)")
+    parser.add_argument("--no-dbos", action="store_true", help="skip DBOS entirely")
+    parser.add_argument("--no-postgres", action="store_true", help="skip DBOS on PostgreSQL")
+    parser.add_argument("--fusee", default=",".join(FUSEE_WORKLOADS),
+                        help="Fusee workloads to run (comma-separated)")
+    parser.add_argument("--dbos", default=",".join(DBOS_WORKLOADS),
+                        help="DBOS workloads to run (comma-separated)")
+    parser.add_argument("--out", type=Path, default=common.RESULTS_DIR)
+    parser.add_argument("--timeout", type=float, default=1800,
+                        help="seconds before one workload script is abandoned")
+    parser.add_argument("--plot", nargs=2, type=Path, metavar=("SAMPLES", "PNG"),
+                        help=argparse.SUPPRESS)
+    sizes = ["chain", "fanout", "starts", "signals", "timers", "scale", "recovery-runs"]
+    for name in sizes:
+        parser.add_argument(f"--{name}", type=int, help=f"size for the {name} workload")
+    args = parser.parse_args(argv)
+    if args.plot:
+        return plot_main(*args.plot)
+
+    size_flags: list[str] = []
+    for name in sizes:
+        value = getattr(args, name.replace("-", "_"))
+        if value is not None:
+            size_flags += [f"--{name}", str(value)]
+    # Sizes the DBOS side takes (it has no scale/recovery workloads).
+    dbos_flags = [f for pair in zip(size_flags[::2], size_flags[1::2], strict=True)
+                  if pair[0] in ("--chain", "--fanout", "--starts", "--signals", "--timers")
+                  for f in pair]
+
+    # Every child works in this run's own scratch directory, removed at the end.
+    session = common.TMP_DIR / f"run-{os.getpid()}"
+    session.mkdir(parents=True, exist_ok=True)
+    os.environ["FUSEE_BENCH_TMP"] = str(session)
+    try:
+        return _run_everything(args, session, size_flags, dbos_flags)
+    finally:
+        shutil.rmtree(session, ignore_errors=True)
+
+
+def _run_everything(args: argparse.Namespace, session: Path, size_flags: list[str],
+                    dbos_flags: list[str]) -> int:
+    """Runs the workloads with children working in ``session``; writes the report."""
+    env = common.environment(session)
+    env["bench_dir"] = str(common.TMP_DIR)
+    quick = ["--quick"] if args.quick else []
+    results: dict[str, dict[str, Any]] = {}
+
+    def collect(system: str, entries: list[dict[str, Any]], workload: str) -> None:
+        for entry in entries:
+            results.setdefault(entry.get("system", system), {})[
+                entry.get("workload", workload)] = entry
+
+    here = common.BENCH_DIR
+    collect("floor", run_script([sys.executable, str(here / "floor.py"), "--json", *quick],
+                                "floor", args.timeout), "floor")
+    for workload in [w for w in args.fusee.split(",") if w]:
+        collect("fusee", run_script(
+            [sys.executable, str(here / "workloads_fusee.py"), workload, *quick, *size_flags],
+            f"fusee {workload}", args.timeout), workload)
+
+    have_dbos = not args.no_dbos and ensure_dbos_venv()
+    dbos_cmd = [str(DBOS_PY), str(here / "workloads_dbos.py"), "--workloads", args.dbos,
+                *quick, *dbos_flags]
+    if have_dbos:
+        collect("dbos-sqlite", run_script([*dbos_cmd, "--db", "sqlite"], "dbos sqlite",
+                                          args.timeout * 3), "dbos")
+        if not args.no_postgres:
+            with local_postgres(session) as url:
+                if url:
+                    collect("dbos-postgres", run_script(
+                        [*dbos_cmd, "--db", "postgres", "--url", url], "dbos postgres",
+                        args.timeout * 3), "dbos")
+    elif not args.no_dbos:
+        log("DBOS: environment unavailable; its columns stay empty")
+    # The disk again: a floor that moved during the run says the figures are noisy.
+    for entry in run_script([sys.executable, str(here / "floor.py"), "--json", *quick],
+                            "floor (again)", args.timeout):
+        results.setdefault("floor", {})["floor_after"] = {**entry, "workload": "floor_after"}
+
+    durability = {s: next((r["durability"] for r in ws.values() if "durability" in r), "")
+                  for s, ws in results.items() if s.startswith("dbos")}
+    args.out.mkdir(parents=True, exist_ok=True)
+    samples = {label: results.get(s, {}).get(w, {}).get("samples_us", [])
+               for label, s, w in (("floor (pwrite + fdatasync)", "floor", "floor"),
+                                   ("fusee", "fusee", "chain"),
+                                   ("DBOS (SQLite)", "dbos-sqlite", "chain"),
+                                   ("DBOS (PostgreSQL)", "dbos-postgres", "chain"))}
+    plot_name: str | None = None
+    if have_dbos and any(samples.values()):
+        samples_path = session / "samples.json"
+        samples_path.write_text(json.dumps(samples))
+        cmd = [str(DBOS_PY), str(Path(__file__).resolve()), "--plot", str(samples_path),
+               str(args.out / PLOT_NAME)]
+        if subprocess.run(cmd).returncode == 0:
+            plot_name = PLOT_NAME
+        samples_path.unlink()
+
+    size_text = ("quick (--quick)" if args.quick else "full") + (
+        f", overrides {' '.join(size_flags)}" if size_flags else "")
+    report = render(results, env, size_text, durability, plot_name)
+    (args.out / "latest.md").write_text(report)
+    stripped = {s: {w: {k: v for k, v in r.items() if k != "samples_us"}
+                    for w, r in ws.items()} for s, ws in results.items()}
+    (args.out / "latest.json").write_text(json.dumps(
+        {"environment": env, "sizes": size_text, "results": stripped}, indent=1))
+    print(report)
+    log(f"wrote {args.out / 'latest.md'}" + (f" and {args.out / PLOT_NAME}" if plot_name else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,147 @@
+"""Smoke checks of the benchmark scripts: they run and report sane figures.
+
+Never timed tests: only the shape and internal consistency of results are
+checked. The DBOS side needs network and its own environment, so it is not
+run here (``make bench`` runs it).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fusee import diskcheck
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+sys.path.insert(0, str(BENCH))
+
+import common  # noqa: E402
+import run_all  # noqa: E402
+
+
+def _run(*args: str, scratch: Path, timeout: float = 120) -> list[dict[str, Any]]:
+    env = {**os.environ, "FUSEE_BENCH_TMP": str(scratch)}
+    proc = subprocess.run([sys.executable, *args], capture_output=True, text=True,
+                          timeout=timeout, cwd=BENCH.parent, env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return common.parse_results(proc.stdout)
+
+
+def test_percentile_interpolates_between_samples() -> None:
+    for percentile in (common.percentile,
+                       lambda v, f: diskcheck.percentile(sorted(v), f)):
+        assert percentile([4.0, 1.0, 3.0, 2.0], 0.5) == 2.5
+        assert percentile([1.0, 2.0, 3.0, 4.0], 0.0) == 1.0
+        assert percentile([1.0, 2.0, 3.0, 4.0], 1.0) == 4.0
+        assert percentile([7.0], 0.99) == 7.0
+        assert percentile(list(range(101)), 0.99) == pytest.approx(99.0)
+
+
+def test_measure_floor_times_each_write_and_cleans_up(tmp_path: Path) -> None:
+    result = diskcheck.measure_floor(tmp_path, count=30, record_size=64, warmup=2)
+    assert result.count == 30 and result.record_size == 64
+    assert all(x > 0 for x in result.latencies)
+    assert 0 < result.p50 <= result.p99 <= max(result.latencies)
+    # The sequential rate cannot exceed what the summed latencies allow.
+    assert result.ops_per_second <= result.count / sum(result.latencies) * 1.0001
+    assert list(tmp_path.iterdir()) == []
+    assert "p50" in result.summary() and "ops/s" in result.summary()
+
+
+def test_diskcheck_module_entry_point(tmp_path: Path) -> None:
+    proc = subprocess.run([sys.executable, "-m", "fusee.diskcheck", str(tmp_path),
+                           "--count", "20"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "fdatasync" in proc.stdout and "p99" in proc.stdout
+    bad = subprocess.run([sys.executable, "-m", "fusee.diskcheck", str(tmp_path / "missing")],
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode != 0 and "not a directory" in bad.stderr
+
+
+def test_floor_script_quick(tmp_path: Path) -> None:
+    (result,) = _run(str(BENCH / "floor.py"), "--quick", "--json", "--count", "40",
+                     scratch=tmp_path)
+    assert result["workload"] == "floor" and result["count"] == 40
+    assert list(tmp_path.iterdir()) == []  # measured in the scratch dir, then removed
+    samples = result["samples_us"]
+    assert isinstance(samples, list) and len(samples) == 40
+    assert result["p50_us"] == pytest.approx(common.percentile(samples, 0.5))
+    assert result["p99_us"] == pytest.approx(common.percentile(samples, 0.99))
+
+
+def _fake_results(fusee_steps_per_s: float) -> dict[str, dict[str, dict[str, object]]]:
+    return {
+        "floor": {"floor": {"p50_us": 100.0, "p99_us": 150.0, "ops_per_s": 10_000.0}},
+        "fusee": {
+            "chain": {"us_per_step": 120.0, "p50_us": 110.0, "p99_us": 300.0},
+            "fanout": {"steps_per_s": fusee_steps_per_s},
+            "start": {"p50_us": 250.0, "count": 500},
+            "scale": {"rss_bytes_per_run": 900.0, "reopen_s": 3.0, "count": 1000},
+            "recovery": {"error": "exit 1: boom"},
+        },
+        "dbos-sqlite": {"chain": {"us_per_step": 2400.0}, "fanout": {"steps_per_s": 250.0},
+                        "start": {"p50_us": 5000.0, "count": 50}},
+    }
+
+
+def test_report_ratios_and_targets_read_the_right_way() -> None:
+    report = run_all.render(_fake_results(30_000.0), {"cpu": "test"}, "quick",
+                            {"dbos-sqlite": "synchronous=FULL"}, None)
+    # Latency: 120 µs vs 2,400 µs is a ratio of 0.05, i.e. 20 times better.
+    assert "| chain: time per step | 120 µs | 2,400 µs | 0.05 (20× better) |" in report
+    assert "| fan-out: durable steps/s | 30,000 | 250 | 120 (120× better) |" in report
+    assert run_all._ratio(400.0, 100.0, higher_is_better=False) == "4 (4× worse)"
+    assert "| chain: time per step ÷ floor p50 | 1.20 | 24.0 |" in report
+    # Different sizes on the two sides are flagged, never silently compared.
+    assert "| start latency p50 | 250 µs | 5,000 µs | 0.05 (20× better) † |" in report
+    assert "† the two systems ran this workload at different sizes" in report
+    verdicts = {what: ok for what, _, ok in run_all.targets(_fake_results(30_000.0))}
+    assert verdicts["chain: µs/step ≤ 1.3 × floor p50"] is True
+    assert verdicts["chain: p99 ≤ 2 × p50"] is False
+    assert verdicts["fan-out: ≥ 20,000 durable steps/s"] is True
+    assert verdicts["fan-out: ≥ 10 × DBOS on SQLite"] is True
+    assert verdicts["start latency p50 ≤ 3 × floor p50"] is True
+    assert verdicts["parked run ≤ 1 KiB RSS"] is True
+    # Too few runs to judge the 1,000,000-run reopen target.
+    assert verdicts["reopen after clean close of 1,000,000 runs ≤ 5 s"] is None
+    assert "fusee / recovery: exit 1: boom" in report
+    slow = {what: ok for what, _, ok in run_all.targets(_fake_results(2_000.0))}
+    assert slow["fan-out: ≥ 10 × DBOS on SQLite"] is False
+
+
+def test_environment_names_the_disk_and_python(tmp_path: Path) -> None:
+    env = common.environment(tmp_path)
+    assert env["python"].endswith(".".join(map(str, sys.version_info[:3])))
+    assert "mounted at" in env["disk"] and env["cpu"]
+
+
+def _engine_available() -> bool:
+    import fusee
+
+    return all(hasattr(fusee, name) for name in ("Engine", "workflow", "signal", "Ctx"))
+
+
+@pytest.mark.skipif(not _engine_available(), reason="the engine's public API is not there yet")
+def test_fusee_workloads_quick(tmp_path: Path) -> None:
+    results = _run(str(BENCH / "workloads_fusee.py"), "all", "--quick", "--chain", "30",
+                   "--fanout", "20", "--starts", "10", "--signals", "10", "--timers", "5",
+                   "--scale", "200", "--recovery-runs", "30", "--park-wait", "0",
+                   scratch=tmp_path, timeout=240)
+    by_name = {r["workload"]: r for r in results}
+    assert set(by_name) == {"chain", "fanout", "start", "signals", "timers", "scale",
+                            "recovery"}
+    assert by_name["chain"]["steps"] == 30 and by_name["chain"]["n"] == 29
+    assert by_name["fanout"]["workflows"] == 20
+    assert by_name["start"]["n"] == 10 and by_name["signals"]["n"] == 10
+    assert by_name["timers"]["n"] == 5
+    assert by_name["scale"]["count"] == 200
+    assert by_name["recovery"]["records"] >= 30 * 4  # a start and four steps each, at least
+    for key in ("no_checkpoint_reopen_s", "with_checkpoint_reopen_s"):
+        assert isinstance(by_name["recovery"][key], float)
+    # Every workload removed its data directories.
+    assert list(tmp_path.iterdir()) == []
