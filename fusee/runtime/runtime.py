@@ -230,7 +230,10 @@ class Runtime:
             self.committer.checkpoint(self.checkpoint_state())
         except FuseeError:
             pass  # the log failed: every waiter hears of it; the next open recovers
-        self.stats["checkpoints"] += 1
+        else:
+            self.stats["checkpoints"] += 1
+        # The checkpoint flushed what was pending: steps gated on it may start.
+        self.on_durable(self.log.durable_lsns())
 
     def durable(self, shard: int) -> int:
         return self.log.durable(shard)  # type: ignore[no-any-return]
