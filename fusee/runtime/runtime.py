@@ -88,6 +88,7 @@ class WorkflowState:
         "id",
         "journal",
         "lsns",
+        "outbox",
         "packed",
         "parent",
         "payload",
@@ -117,6 +118,8 @@ class WorkflowState:
         self.waiters: list[asyncio.Future[None]] = []
         #: The journal, encoded, while no code of the run is in memory (parked or finished).
         self.packed: bytes | None = None
+        #: The packed journal holds a child or a message to another workflow.
+        self.outbox = False
 
     @property
     def running(self) -> bool:
@@ -146,6 +149,9 @@ class CheckpointEntry(msgspec.Struct, array_like=True, gc=False):
     #: A parked run's next timer (0: none), or -1 for a run to replay at open.
     wake_ms: int
     journal: bytes
+    #: The journal holds children or messages to other workflows: at open they
+    #: are checked (resent) without replaying the run.
+    outbox: bool = False
 
 
 # Kinds of timer-heap entries.
@@ -196,6 +202,7 @@ class Runtime:
         self.log = committer.log
         self._flush_scheduled = False
         self._steps_started = False
+        self._outbox_at_open: set[str] = set()
         #: Steps with effects waiting for their gates to become durable.
         self._gated: list[tuple[Run, int, StepCall]] = []
         self._release_scheduled = False
@@ -330,16 +337,44 @@ class Runtime:
                 st2.final = r.status != rec.Status.CONTINUED
 
     def resume_all(self) -> None:
-        """Loads every unfinished run and replays its code; hands over continued runs."""
+        """Loads every unfinished run and replays its code; hands over continued runs.
+
+        Parked runs stay parked; what their journals still owe others
+        (children to start or to hear from, signals to send) is redone
+        without replaying them, since a crash may have lost it on the way.
+        """
+        outbox = self._outbox_at_open
+        self._outbox_at_open = set()
         for st in list(self.wf.values()):
             if st.status is None:
                 if st.packed is None:
                     self._load_run(st)
+                elif st.id in outbox:
+                    self._redo_outbox(st)
             elif st.status == rec.Status.CONTINUED:
                 self._continue(st)
         for st in list(self.wf.values()):
-            if st.final:
+            if st.final and (st.packed is None or st.id in outbox):
                 self._apply_close_policy(st)
+
+    def _redo_outbox(self, st: WorkflowState) -> None:
+        journal, _ = self.journal_of(st)
+        children: dict[int, rec.Child] = {}
+        for r in journal:
+            t = type(r)
+            if t is rec.Child:
+                assert isinstance(r, rec.Child)
+                children[r.seq] = r
+            elif t is rec.ChildDone:
+                assert isinstance(r, rec.ChildDone)
+                children.pop(r.seq, None)
+            elif t is rec.Send:
+                assert isinstance(r, rec.Send)
+                key = dedup_key(f"send:{r.run}:{r.seq}")
+                self._send(self._signal_quiet, r.target, r.name, r.payload, key)
+        for seq, child in children.items():
+            ref = rec.ParentRef(id=st.id, run=st.run_id, seq=seq)
+            self._send(self._start_child, ref, child)
 
     def _load_run(self, st: WorkflowState) -> None:
         wdef = self.workflows.get(st.wtype)
@@ -485,8 +520,7 @@ class Runtime:
             self._send(self._child_finished, st.parent, st.status, st.payload)
         self._apply_close_policy(st)
         if st.packed is None and st.run is None:
-            st.packed = pack(st.journal, st.lsns)
-            st.journal, st.lsns = [], []
+            self._pack(st)
         if self.retention_ms is not None:
             self._push(self.env.now_ms() + self.retention_ms, EXPIRE, st.id, st.run_id)
 
@@ -838,8 +872,7 @@ class Runtime:
         """Takes a suspended run's code out of memory; what arrives for it later replays it."""
         run = st.run
         assert run is not None and self._parkable(run)
-        st.packed = pack(st.journal, st.lsns)
-        st.journal, st.lsns = [], []
+        self._pack(st)
         st.run = None
         self.loaded_runs -= 1
         self.stats["parked"] += 1
@@ -857,7 +890,7 @@ class Runtime:
         if call.not_before == rec.PAUSED:
             return  # waits for a resume
         if call.read_only or sabotage.active.step_before_gate:
-            self._start_step(run, seq, call)
+            self.loop.call_soon(self._start_step, run, seq, call)
             return
         self._steps_started = True
         if call.gate > self.log.durable(run.shard) and not self.committer.flush_if_alone():
@@ -865,7 +898,9 @@ class Runtime:
             self._gated.append((run, seq, call))
             self.committer.request_flush()
             return
-        self._start_step(run, seq, call)
+        # Called from the workflow's code: the function runs on the host loop's
+        # next turn, so a long chain never keeps the loop from other work.
+        self.loop.call_soon(self._start_step, run, seq, call)
 
     def on_durable(self, durable: list[int]) -> None:
         """The committer made more of the log durable (called from inside it: defer the work)."""
@@ -1062,8 +1097,25 @@ class Runtime:
                 journal = pack(st.journal, st.lsns)
                 wake = -1
             status = -1 if st.status is None else int(st.status)
-            out.append(CheckpointEntry(st.id, st.shard, st.wtype, st.run_id, st.parent, status, wake, journal))
+            out.append(
+                CheckpointEntry(
+                    st.id, st.shard, st.wtype, st.run_id, st.parent, status, wake, journal,
+                    self._has_outbox(st),
+                )
+            )
         return msgspec.msgpack.encode(out)
+
+    @staticmethod
+    def _has_outbox(st: WorkflowState) -> bool:
+        if st.packed is not None:
+            return st.outbox
+        return any(type(r) is rec.Child or type(r) is rec.Send for r in st.journal)
+
+    def _pack(self, st: WorkflowState) -> None:
+        """Keeps the journal encoded (the run's code is not in memory)."""
+        st.outbox = self._has_outbox(st)
+        st.packed = pack(st.journal, st.lsns)
+        st.journal, st.lsns = [], []
 
     @staticmethod
     def wake_time_packed(packed: bytes) -> int:
@@ -1085,12 +1137,16 @@ class Runtime:
     def load_checkpoint(self, state: bytes) -> None:
         """Rebuilds the workflow table from a checkpoint (before the log after it is loaded)."""
         for e in msgspec.msgpack.decode(state, type=list[CheckpointEntry]):
+            if e.outbox:
+                self._outbox_at_open.add(e.id)
+            outbox = e.outbox
             st = WorkflowState(e.id, e.shard)
             st.wtype = e.wtype
             st.run_id = e.run_id
             st.parent = e.parent
             self.wf[e.id] = st
             self.by_run[e.run_id] = st
+            st.outbox = outbox
             if e.status >= 0:
                 st.packed = e.journal
                 st.status = rec.Status(e.status)
