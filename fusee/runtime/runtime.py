@@ -115,7 +115,8 @@ class WorkflowState:
         self.done_lsn = 0
         #: The ending is durable and is not a hand-over to a next run.
         self.final = False
-        self.waiters: list[asyncio.Future[None]] = []
+        #: Callers waiting for the result (made when the first one comes).
+        self.waiters: list[asyncio.Future[None]] | None = None
         #: The journal, encoded, while no code of the run is in memory (parked or finished).
         self.packed: bytes | None = None
         #: The packed journal holds a child or a message to another workflow.
@@ -153,6 +154,9 @@ class CheckpointEntry(msgspec.Struct, array_like=True, gc=False):
     #: are checked (resent) without replaying the run.
     outbox: bool = False
 
+
+_NO_RECORDS: list[rec.Record] = []
+_NO_LSNS: list[int] = []
 
 # Kinds of timer-heap entries.
 FIRE, DEADLINE, WAKE, PARK, EXPIRE = range(5)
@@ -194,8 +198,7 @@ class Runtime:
         self.max_loaded = max_loaded
         self.retention_ms = None if retention is None else int(retention * 1000)
         self.loaded_runs = 0
-        self._heap: list[tuple[int, int, int, str, int, int, int]] = []
-        self._heap_n = 0
+        self._heap: list[tuple[int, int, str, int, int, int]] = []
         self._timer_handle: asyncio.TimerHandle | None = None
         self._timer_due = 0
         self.committer = committer
@@ -512,10 +515,10 @@ class Runtime:
         if st.run_id != run_id:
             return
         st.final = True
-        for fut in st.waiters:
+        for fut in st.waiters or ():
             if not fut.done():
                 fut.set_result(None)
-        st.waiters.clear()
+        st.waiters = None
         if st.parent is not None:
             self._send(self._child_finished, st.parent, st.status, st.payload)
         self._apply_close_policy(st)
@@ -732,6 +735,8 @@ class Runtime:
         st = self.current(wid)
         while not st.final:
             fut: asyncio.Future[None] = self.loop.create_future()
+            if st.waiters is None:
+                st.waiters = []
             st.waiters.append(fut)
             await fut
         assert st.status is not None
@@ -752,8 +757,8 @@ class Runtime:
 
     def _push(self, due_ms: int, kind: int, wid: str, run_id: int, seq: int = 0, extra: int = 0) -> None:
         """Schedules a timer event; one host timer covers the earliest of them all."""
-        self._heap_n += 1
-        heapq.heappush(self._heap, (due_ms, self._heap_n, kind, wid, run_id, seq, extra))
+        # Ties order by kind, workflow ID and position: deterministic, no counter kept.
+        heapq.heappush(self._heap, (due_ms, kind, wid, run_id, seq, extra))
         if self._timer_handle is None or due_ms < self._timer_due:
             self._arm_host_timer()
 
@@ -775,7 +780,7 @@ class Runtime:
         now = self.env.now_ms()
         heap = self._heap
         while heap and heap[0][0] <= now:
-            _, _, kind, wid, run_id, seq, extra = heapq.heappop(heap)
+            _, kind, wid, run_id, seq, extra = heapq.heappop(heap)
             try:
                 self._timer_event(kind, wid, run_id, seq, extra)
             except FuseeError:
@@ -1115,7 +1120,8 @@ class Runtime:
         """Keeps the journal encoded (the run's code is not in memory)."""
         st.outbox = self._has_outbox(st)
         st.packed = pack(st.journal, st.lsns)
-        st.journal, st.lsns = [], []
+        # Shared and never appended to while packed: a parked run costs no lists.
+        st.journal, st.lsns = _NO_RECORDS, _NO_LSNS
 
     @staticmethod
     def wake_time_packed(packed: bytes) -> int:
