@@ -83,7 +83,7 @@ def to_ms(d: Duration) -> int:
     if isinstance(d, int):
         if d < 0:
             raise _invalid(d, "negative")
-        return _round_ms(Fraction(d) * 1000, d)
+        return _round_ms(d * 1000, d)
     if isinstance(d, float):
         if math.isnan(d) or math.isinf(d):
             raise _invalid(d, "not a finite number")
@@ -96,8 +96,17 @@ def to_ms(d: Duration) -> int:
         micros = (d.days * 86_400 + d.seconds) * 1_000_000 + d.microseconds
         return _round_ms(Fraction(micros, 1000), d)
     if isinstance(d, str):
-        return parse(d)
+        ms = _parsed.get(d)
+        if ms is None:
+            ms = parse(d)
+            if len(_parsed) < 1024:
+                _parsed[d] = ms
+        return ms
     raise _invalid(d, f"a {type(d).__name__} is not a duration")
+
+
+#: Duration strings seen so far: workflow code names the same few again and again.
+_parsed: dict[str, int] = {}
 
 
 def format_ms(ms: int) -> str:
