@@ -382,12 +382,33 @@ class Run:
                 fut.set_exception(UpdateFailed(f"workflow '{self.workflow_id}' ended before the update ran"))
 
     def kill(self) -> None:
-        """Stops the code for good (terminated, engine closing): nothing more is journaled."""
+        """Stops the code for good (ended, parked, engine closing): nothing more is journaled.
+
+        The code's tasks are cancelled now rather than whenever the garbage
+        collector would get to them: ``finally`` blocks in workflow code run
+        here, and any ctx call they make is refused. Its memory goes at once.
+        """
         self.dead = True
         for fut in self.update_waiters.values():
             if not fut.done():
                 fut.set_exception(UpdateFailed(f"workflow '{self.workflow_id}' ended before the update ran"))
         self.update_waiters.clear()
+        if self.loop.is_running():
+            self.rt.loop.call_soon(self._dispose)
+        else:
+            self._dispose()
+
+    def _dispose(self) -> None:
+        self.loop.close()
+        # Break the cycles between the run, its ctx and its operations.
+        self.ops.clear()
+        self.steps.clear()
+        self.waiting.clear()
+        self.query_handlers.clear()
+        self.update_handlers.clear()
+        self.task = None
+        self.ctx._run = _EndedRun(self.workflow_id)  # type: ignore[assignment]
+
 
     # --- operations, called from workflow code ------------------------------
 
@@ -770,3 +791,15 @@ def _workflow_error(wid: str, status: rec.Status, payload: bytes) -> FuseeError:
     from fusee.runtime.outcomes import workflow_error
 
     return workflow_error(wid, status, payload)
+
+
+class _EndedRun:
+    """What a ctx points to once its run's code is gone: every use is refused clearly."""
+
+    def __init__(self, workflow_id: str) -> None:
+        self.workflow_id = workflow_id
+
+    def __getattr__(self, name: str) -> Any:
+        raise OutsideWorkflow(
+            f"workflow '{self.workflow_id}' has ended (or left memory); its ctx can no longer be used"
+        )
