@@ -108,6 +108,8 @@ class WorkflowState(msgspec.Struct, gc=False):
     packed: bytes | None = None
     #: The packed journal holds a child or a message to another workflow.
     outbox: bool = False
+    #: A parked run's earliest timer or deadline (0: none).
+    wake_ms: int = 0
 
     @property
     def running(self) -> bool:
@@ -864,6 +866,7 @@ class Runtime:
         """Takes a suspended run's code out of memory; what arrives for it later replays it."""
         run = st.run
         assert run is not None and self._parkable(run)
+        st.wake_ms = self.wake_time(run)
         self._pack(st)
         st.run = None
         self.loaded_runs -= 1
@@ -1081,13 +1084,12 @@ class Runtime:
         for st in self.wf.values():
             if st.packed is not None:
                 journal = st.packed
-                if st.status is None:
-                    wake = self.wake_time_packed(st.packed)
-                else:
-                    wake = -1
+                wake = st.wake_ms if st.status is None else -1
             else:
                 journal = pack(st.journal, st.lsns)
-                wake = -1
+                run = st.run
+                # A suspended run needs no replay to go on: the next open keeps it parked.
+                wake = self.wake_time(run) if run is not None and self._parkable(run) else -1
             status = -1 if st.status is None else int(st.status)
             out.append(
                 CheckpointEntry(
@@ -1109,23 +1111,6 @@ class Runtime:
         st.packed = pack(st.journal, st.lsns)
         # Shared and never appended to while packed: a parked run costs no lists.
         st.journal, st.lsns = _NO_RECORDS, _NO_LSNS
-
-    @staticmethod
-    def wake_time_packed(packed: bytes) -> int:
-        """A parked run's earliest open timer or wait deadline, from its journal."""
-        journal, _ = unpack(packed)
-        timers: dict[int, int] = {}
-        for r in journal:
-            if type(r) is rec.Timer:
-                assert isinstance(r, rec.Timer)
-                timers[r.seq] = r.fire_at_ms
-            elif type(r) is rec.Wait:
-                assert isinstance(r, rec.Wait)
-                if r.deadline_ms:
-                    timers[r.seq] = r.deadline_ms
-            elif type(r) in (rec.Fired, rec.Waited):
-                timers.pop(r.seq, None)  # type: ignore[union-attr]
-        return min(timers.values()) if timers else 0
 
     def load_checkpoint(self, state: bytes) -> None:
         """Rebuilds the workflow table from a checkpoint (before the log after it is loaded)."""
@@ -1153,6 +1138,7 @@ class Runtime:
                     st.journal, st.lsns, st.packed = journal, lsns, None
             elif e.wake_ms >= 0:
                 st.packed = e.journal
+                st.wake_ms = e.wake_ms
                 if e.wake_ms > 0:
                     self._push(e.wake_ms, WAKE, e.id, e.run_id)
             else:
