@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import heapq
-import inspect
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -27,7 +26,6 @@ from fusee.errors import (
     DeterminismError,
     FuseeError,
     NotFound,
-    SerializationError,
     UnknownWorkflow,
     UpdateFailed,
 )
@@ -35,48 +33,13 @@ from fusee.retry import Retry
 from fusee.runtime.env import Env
 from fusee.runtime.outcomes import workflow_error
 from fusee.runtime.run import Run, StepCall
+from fusee.runtime.snapshot import CheckpointEntry, pack, unpack
+from fusee.runtime.steps import StepRunner
 
 RUNNING, FINISHED = "running", "finished"
 
 IF_RUNNING = ("fail", "attach", "terminate")
 IF_FINISHED = ("fail", "attach", "start")
-
-
-class _Continue:
-    """Awaits the rest of a coroutine that already ran to its first suspension.
-
-    A step function that returns without suspending needs no task at all;
-    one that suspends is handed to a task through this, from where it is.
-    """
-
-    __slots__ = ("coro", "first")
-
-    def __init__(self, coro: Any, first: Any) -> None:
-        self.coro = coro
-        self.first = first
-
-    def __await__(self) -> Any:
-        coro, pending = self.coro, self.first
-        while True:
-            try:
-                sent = yield pending
-            except GeneratorExit:
-                coro.close()
-                raise
-            except BaseException as e:
-                try:
-                    pending = coro.throw(e)
-                except StopIteration as done:
-                    return done.value
-            else:
-                try:
-                    pending = coro.send(sent)
-                except StopIteration as done:
-                    return done.value
-
-
-class StepTimeout(FuseeError, TimeoutError):
-    """A step's function ran longer than its ``timeout``; the attempt counts as failed."""
 
 
 class WorkflowState(msgspec.Struct, gc=False):
@@ -114,34 +77,6 @@ class WorkflowState(msgspec.Struct, gc=False):
     @property
     def running(self) -> bool:
         return self.status is None or self.status == rec.Status.CONTINUED
-
-
-def pack(journal: list[rec.Record], lsns: list[int]) -> bytes:
-    """A run's journal as one bytes object: what a parked or finished run keeps in memory."""
-    return msgspec.msgpack.encode([(lsn, rec.encode(r)) for lsn, r in zip(lsns, journal, strict=True)])
-
-
-def unpack(packed: bytes) -> tuple[list[rec.Record], list[int]]:
-    items = msgspec.msgpack.decode(packed, type=list[tuple[int, bytes]])
-    return [rec.decode(data) for _, data in items], [lsn for lsn, _ in items]
-
-
-class CheckpointEntry(msgspec.Struct, array_like=True, gc=False):
-    """One workflow in a checkpoint."""
-
-    id: str
-    shard: int
-    wtype: str
-    run_id: int
-    parent: rec.ParentRef | None
-    #: How the current run ended, or -1 while it runs.
-    status: int
-    #: A parked run's next timer (0: none), or -1 for a run to replay at open.
-    wake_ms: int
-    journal: bytes
-    #: The journal holds children or messages to other workflows: at open they
-    #: are checked (resent) without replaying the run.
-    outbox: bool = False
 
 
 _NO_RECORDS: list[rec.Record] = []
@@ -193,11 +128,9 @@ class Runtime:
         self.committer = committer
         self.log = committer.log
         self._flush_scheduled = False
-        self._steps_started = False
+        self.steps_started = False
         self._outbox_at_open: set[str] = set()
-        #: Steps with effects waiting for their gates to become durable.
-        self._gated: list[tuple[Run, int, StepCall]] = []
-        self._release_scheduled = False
+        self.steps = StepRunner(self)
         self.shards = shards
         self.workflows = workflows
         self.default_retry = default_retry
@@ -249,8 +182,8 @@ class Runtime:
         Not needed when a step with effects was started meanwhile: it waits
         for its gate, which flushes.
         """
-        if self._steps_started:
-            self._steps_started = False
+        if self.steps_started:
+            self.steps_started = False
             return
         if not self._flush_scheduled and self.log.has_pending():
             self._flush_scheduled = True
@@ -878,199 +811,15 @@ class Runtime:
             if st.run is not None and self._parkable(st.run):
                 self.park(st)
 
-    # --- steps ------------------------------------------------------------------
+    # --- steps ----------------------------------------------------------------------
 
     def run_step(self, run: Run, seq: int, call: StepCall) -> None:
         """Runs a live step's function once its gate is durable and its time has come."""
-        if call.not_before == rec.PAUSED:
-            return  # waits for a resume
-        if call.read_only or sabotage.active.step_before_gate:
-            self.loop.call_soon(self._start_step, run, seq, call)
-            return
-        self._steps_started = True
-        if call.gate > self.log.durable(run.shard) and not self.committer.flush_if_alone():
-            # Gated: it starts when a flush makes its gate durable (see _release_gated).
-            self._gated.append((run, seq, call))
-            self.committer.request_flush()
-            return
-        # Called from the workflow's code: the function runs on the host loop's
-        # next turn, so a long chain never keeps the loop from other work.
-        self.loop.call_soon(self._start_step, run, seq, call)
+        self.steps.run_step(run, seq, call)
 
     def on_durable(self, durable: list[int]) -> None:
-        """The committer made more of the log durable (called from inside it: defer the work)."""
-        if self._gated and not self._release_scheduled:
-            self._release_scheduled = True
-            self.loop.call_soon(self._release_gated)
-
-    def _release_gated(self) -> None:
-        self._release_scheduled = False
-        if self.closed:
-            return
-        durable = self.log.durable_lsns()
-        ready: list[tuple[Run, int, StepCall]] = []
-        waiting: list[tuple[Run, int, StepCall]] = []
-        for item in self._gated:
-            (ready if item[2].gate <= durable[item[0].shard] else waiting).append(item)
-        self._gated = waiting
-        if waiting:
-            self.committer.request_flush()
-        for run, seq, call in ready:
-            self._start_step(run, seq, call)
-
-    def _start_step(self, run: Run, seq: int, call: StepCall) -> None:
-        """Runs the function now; only one that suspends (or must wait, or has a timeout) gets a task."""
-        if (call.not_before > 0 and call.not_before > self.env.now_ms()) or call.timeout_s is not None:
-            self.spawn(self._step(run, seq, call))
-            return
-        m = run.machine
-        if run.dead or self.closed or not m.step_pending(seq):
-            return
-        args = self._step_args(run, seq, call, call.attempt)
-        try:
-            if call.is_async:
-                coro = call.fn(*args)
-                try:
-                    yielded = coro.send(None)
-                except StopIteration as done:
-                    value = done.value
-                else:
-                    # It suspended: a task carries it on from where it is.
-                    self.spawn(self._step(run, seq, call, _Continue(coro, yielded)))
-                    return
-            elif self.env.inline_sync_steps:
-                value = call.fn(*args)
-                if inspect.isawaitable(value):
-                    self.spawn(self._step(run, seq, call, value))
-                    return
-            else:
-                self.spawn(self._step(run, seq, call, self.env.run_blocking(lambda: call.fn(*args))))
-                return
-        except Exception as e:
-            self.spawn(self._step(run, seq, call, e))
-            return
-        self._step_result(run, seq, value)
-
-    def _step_result(self, run: Run, seq: int, value: Any) -> None:
-        m = run.machine
-        if run.dead or self.closed or not m.step_pending(seq):
-            return
-        try:
-            status, payload = rec.Status.OK, codec.encode(value)
-        except SerializationError as e:
-            status, payload = rec.Status.FAILED, codec.encode_error(e)
-        self.stats["steps"] += 1
-        run.steps.pop(seq, None)
-        if m.complete(seq, jm.StepDone(status, payload)):
-            run.pump()
-
-    async def _step(self, run: Run, seq: int, call: StepCall, first: Any = None) -> None:
-        """A step's attempts with retries, timeouts and waits.
-
-        ``first`` is how the first attempt already began: an exception it
-        raised, or an awaitable carrying it on.
-        """
-        m = run.machine
-        env = self.env
-        while True:
-            if first is None:
-                if not call.read_only and not sabotage.active.step_before_gate:
-                    await self.wait_durable(run.shard, call.gate)
-                wait_ms = call.not_before - env.now_ms()
-                if wait_ms > 0 and call.not_before != rec.PAUSED:
-                    await asyncio.sleep(wait_ms / 1000)
-                if run.dead or self.closed or not m.step_pending(seq):
-                    return
-            attempt = call.attempt
-            try:
-                if first is None:
-                    value = await self._invoke(run, seq, call, attempt)
-                elif isinstance(first, BaseException):
-                    raise first
-                else:
-                    value = await first
-            except Exception as e:
-                first = None
-                if run.dead or self.closed or not m.step_pending(seq):
-                    return
-                err = codec.encode_error(e)
-                retry = call.retry
-                if retry.should_retry(attempt, e):
-                    retry_at = env.now_ms() + retry.delay_ms(attempt, env.rng.random())
-                    r = m.step_retry(seq, retry_at, err)
-                    if r is None:
-                        return
-                    call.gate = run.append(r)
-                    call.attempt = attempt + 1
-                    call.not_before = retry_at
-                    continue
-                if retry.pause_when_exhausted and not isinstance(e, retry.non_retryable):
-                    r = m.step_retry(seq, rec.PAUSED, err)
-                    if r is not None:
-                        call.not_before = rec.PAUSED
-                        run.append(r)
-                        run.pump()
-                    return
-                if run.dead or self.closed or not m.step_pending(seq):
-                    return
-                self.stats["steps"] += 1
-                run.steps.pop(seq, None)
-                if m.complete(seq, jm.StepDone(rec.Status.FAILED, err)):
-                    run.pump()
-                return
-            self._step_result(run, seq, value)
-            return
-
-    def _step_args(self, run: Run, seq: int, call: StepCall, attempt: int) -> tuple[Any, ...]:
-        if not call.takes_info:
-            return ()
-        from fusee.runtime.context import StepInfo
-
-        progress_raw = run.machine.progress(seq)
-        progress = codec.decode(progress_raw) if progress_raw is not None else None
-        info = StepInfo(
-            call.name,
-            run.machine.key(seq),
-            attempt,
-            run.workflow_id,
-            run.run_id,
-            progress,
-            lambda p: self._heartbeat(run, seq, p),
-        )
-        return (info,)
-
-    async def _invoke(self, run: Run, seq: int, call: StepCall, attempt: int) -> Any:
-        fn = call.fn
-        args = self._step_args(run, seq, call, attempt)
-        if call.is_async:
-            coro = fn(*args)
-            if call.timeout_s is None:
-                return await coro
-            try:
-                return await asyncio.wait_for(coro, call.timeout_s)
-            except TimeoutError:
-                raise StepTimeout(f"step '{call.name}' took longer than {call.timeout_s}s") from None
-        if self.env.inline_sync_steps:
-            result = fn(*args)
-        else:
-            fut = self.env.run_blocking(lambda: fn(*args))
-            if call.timeout_s is None:
-                result = await fut
-            else:
-                try:
-                    result = await asyncio.wait_for(fut, call.timeout_s)
-                except TimeoutError:
-                    raise StepTimeout(f"step '{call.name}' took longer than {call.timeout_s}s") from None
-        if inspect.isawaitable(result):
-            result = await result
-        return result
-
-    def _heartbeat(self, run: Run, seq: int, progress: Any) -> None:
-        if run.dead or self.closed:
-            return
-        r = run.machine.heartbeat(seq, codec.encode(progress))
-        if r is not None:
-            run.append(r)
+        """The committer made more of the log durable."""
+        self.steps.on_durable(durable)
 
     # --- checkpoints --------------------------------------------------------------
 

@@ -1,0 +1,35 @@
+"""Journals at rest: a parked or finished run's packed journal, and checkpoint entries."""
+
+from __future__ import annotations
+
+import msgspec
+
+from fusee.core import records as rec
+
+
+def pack(journal: list[rec.Record], lsns: list[int]) -> bytes:
+    """A run's journal as one bytes object: what a parked or finished run keeps in memory."""
+    return msgspec.msgpack.encode([(lsn, rec.encode(r)) for lsn, r in zip(lsns, journal, strict=True)])
+
+
+def unpack(packed: bytes) -> tuple[list[rec.Record], list[int]]:
+    items = msgspec.msgpack.decode(packed, type=list[tuple[int, bytes]])
+    return [rec.decode(data) for _, data in items], [lsn for lsn, _ in items]
+
+
+class CheckpointEntry(msgspec.Struct, array_like=True, gc=False):
+    """One workflow in a checkpoint."""
+
+    id: str
+    shard: int
+    wtype: str
+    run_id: int
+    parent: rec.ParentRef | None
+    #: How the current run ended, or -1 while it runs.
+    status: int
+    #: A parked run's next timer (0: none), or -1 for a run to replay at open.
+    wake_ms: int
+    journal: bytes
+    #: The journal holds children or messages to other workflows: at open they
+    #: are checked (resent) without replaying the run.
+    outbox: bool = False
