@@ -182,7 +182,10 @@ class SharedLog:
         if segment_bytes < 2 * align:
             raise ValueError(f"segment_bytes ({segment_bytes}) must hold at least two blocks of {align}")
         rng = rng if rng is not None else random.Random(os.urandom(16))
-        directory = EngineDirectory.open(storage, path, shards)
+        try:
+            directory = EngineDirectory.open(storage, path, shards)
+        except OSError as e:  # e.g. the meta file's fdatasync failed: the same errors as the log's
+            raise _io_error(e, "opening the engine directory") from e
         log = cls(storage, directory, shards, segment_bytes=segment_bytes,
                   blob_threshold=blob_threshold, align=align, rng=rng)
         try:
@@ -234,9 +237,13 @@ class SharedLog:
             s.pwrite(fh, raw, 0)
             s.fdatasync(fh)
         except BaseException:
-            s.close(fh)
+            # Never leave a half-made segment behind: remove it, and make the removal
+            # durable (its creation may already be). If that fails too, recovery still
+            # recognises it as dead: it holds no batch and no later segment chains to it.
             try:
-                s.remove(path)  # never leave a half-made segment behind
+                s.close(fh)
+                s.remove(path)
+                self._fsync_dir(self.dir.log_dir)
             except OSError:
                 pass
             raise
@@ -562,11 +569,22 @@ class _Scan:
                     self.corrupt(paths.get(end_num, paths[n]), end_off,
                                  "the log ends before the point the next segment records")
                     return self._cut(numbers[i:])
+            was_first, chain_end, tail = first, self.chain_end, self.rec.tail
             first = False
             bound = later.prev_end if later is not None and later.prev_segment == n else None
             self.rec.segments += 1
             if not self._scan_segment(paths[n], raw[n], h, bound):
                 return self._cut(numbers[i + 1:])
+            if (self.chain_end[1] == h.align and not (has_ckpt and n == start)
+                    and (later is None or later.prev_segment != n)):
+                # No batch, and no later segment chains to it: a segment an open created
+                # whose life then wrote nothing, or whose creation failed (its header may
+                # read intact now only because it is still cached, and be gone after the
+                # next power loss). It holds nothing; never chain to it: remove it.
+                log._segments.pop()
+                log._dead.append(n)
+                self.rec.segments -= 1
+                first, self.chain_end, self.rec.tail = was_first, chain_end, tail
         if first and has_ckpt:
             self.corrupt(f"{log.dir.log_dir}/{segment_name(start)}", 0,
                          "the segment the checkpoint starts from is missing")

@@ -29,12 +29,6 @@ SABOTAGE_BOUND = int(os.environ.get("FUSEE_SABOTAGE_SEEDS", "2000"))
 #: test below, which starts failing (strict) once the bug is fixed: then
 #: delete the entry.
 KNOWN_ENGINE_BUGS: dict[str, tuple[int, str]] = {
-    r"LogCorrupted: .*segment header is damaged": (
-        145,
-        "after an fdatasync failed while a segment was being created (during open), a later "
-        "recovery finds that segment's torn header followed by valid segments and refuses to "
-        "open: a torn segment left by a failed open is not cleaned up",
-    ),
 }
 
 
