@@ -497,6 +497,12 @@ class Engine:
         return dict(self._rt.stuck)
 
     @property
+    def failure(self) -> BaseException | None:
+        """The I/O error that failed the engine's log (then nothing more is acknowledged:
+        close and reopen), or None."""
+        return self._log.failed
+
+    @property
     def stats(self) -> dict[str, int]:
         return dict(self._rt.stats)
 

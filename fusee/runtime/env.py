@@ -30,6 +30,7 @@ class Env(Protocol):
     #: Run synchronous step functions on the event loop's thread (cheap, pure
     #: functions) instead of the thread pool.
     inline_sync_steps: bool
+    #: Journal the traceback of a failed step or workflow (optional; default True).
 
     def now_ms(self) -> int:
         """Wall-clock Unix milliseconds (what ``ctx.now()`` records)."""

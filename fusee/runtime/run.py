@@ -356,7 +356,7 @@ class Run:
                     try:
                         payload = codec.encode(task.result())
                     except SerializationError as e:
-                        status, payload = rec.Status.FAILED, codec.encode_error(e)
+                        status, payload = rec.Status.FAILED, codec.encode_error(e, traceback=self.rt.tracebacks)
                 elif isinstance(exc, ContinueAsNew):
                     status, payload = rec.Status.CONTINUED, exc.payload
                 elif isinstance(exc, DeterminismError | NondeterministicCall | OutsideWorkflow):
@@ -365,7 +365,7 @@ class Run:
                 elif isinstance(exc, Cancelled) and self.cancel_requested:
                     status, payload = rec.Status.CANCELLED, str(exc).encode()
                 else:
-                    status, payload = rec.Status.FAILED, codec.encode_error(exc)
+                    status, payload = rec.Status.FAILED, codec.encode_error(exc, traceback=self.rt.tracebacks)
             done = m.finish(status, payload, now)
         except DeterminismError as e:
             self._fail_determinism(e)
@@ -376,10 +376,19 @@ class Run:
         self.rt.on_run_done(self, done, lsn)
 
     def _reject_pending_updates(self) -> None:
+        """The run ended: callers of updates it will never answer hear so now."""
         for token in self.machine.take_offered_updates():
             fut = self.update_waiters.pop(token, None)
             if fut is not None and not fut.done():
                 fut.set_exception(UpdateFailed(f"workflow '{self.workflow_id}' ended before the update ran"))
+        for futs in self.update_by_ordinal.values():
+            for fut in futs:
+                if not fut.done():
+                    fut.set_exception(
+                        UpdateFailed(f"workflow '{self.workflow_id}' ended before the update's handler finished")
+                    )
+        self.update_by_ordinal.clear()
+        self.update_inflight.clear()
 
     def kill(self) -> None:
         """Stops the code for good (ended, parked, engine closing): nothing more is journaled.
@@ -393,6 +402,7 @@ class Run:
             if not fut.done():
                 fut.set_exception(UpdateFailed(f"workflow '{self.workflow_id}' ended before the update ran"))
         self.update_waiters.clear()
+        self._reject_pending_updates()
         if self.loop.is_running():
             self.rt.loop.call_soon(self._dispose)
         else:
@@ -742,7 +752,7 @@ class Run:
         except (ContinueAsNew, DeterminismError, NondeterministicCall):
             raise
         except Exception as e:
-            status, payload = rec.Status.FAILED, codec.encode_error(e)
+            status, payload = rec.Status.FAILED, codec.encode_error(e, traceback=self.rt.tracebacks)
         try:
             _, r = self.machine.update_done(ordinal, status, payload)
         except DeterminismError as e:

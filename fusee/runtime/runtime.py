@@ -115,6 +115,9 @@ class Runtime:
         checkpoint_every: int = 200_000,
     ) -> None:
         self.env = env
+        #: Journal a failure's traceback with it (a simulation leaves them out:
+        #: they hold file paths, which differ from one checkout to another).
+        self.tracebacks: bool = getattr(env, "record_tracebacks", True)
         self.checkpoint_every = checkpoint_every
         self._since_checkpoint = 0
         self._checkpoint_scheduled = False
@@ -442,7 +445,9 @@ class Runtime:
                 fut.set_result(None)
         st.waiters = None
         if st.parent is not None:
-            self._send(self._child_finished, st.parent, st.status, st.payload)
+            start = self.journal_of(st)[0][0]
+            if not (isinstance(start, rec.Start) and start.policy & rec.DETACHED):
+                self._send(self._child_finished, st.parent, st.status, st.payload)
         self._apply_close_policy(st)
         if st.packed is None and st.run is None:
             self._pack(st)
@@ -508,6 +513,11 @@ class Runtime:
         self._send(self._start_child, ref, child)
 
     def _start_child(self, ref: rec.ParentRef, child: rec.Child) -> None:
+        """Starts the child a Child record names, unless it exists; tells an attached parent how it ended.
+
+        A detached child's parent waits for nothing: it is never woken for it.
+        """
+        detached = bool(child.flags & rec.DETACHED)
         st = self.wf.get(child.id)
         if st is None:
             wdef = self.workflows.get(child.wtype)
@@ -527,7 +537,7 @@ class Runtime:
             )
             self._child_finished(ref, rec.Status.FAILED, err)
             return
-        if st.final and st.status is not None:
+        if st.final and st.status is not None and not detached:
             self._child_finished(ref, st.status, st.payload)
 
     def _child_finished(self, ref: rec.ParentRef, status: rec.Status | None, payload: bytes) -> None:

@@ -147,7 +147,7 @@ class StepRunner:
         try:
             status, payload = rec.Status.OK, codec.encode(value)
         except SerializationError as e:
-            status, payload = rec.Status.FAILED, codec.encode_error(e)
+            status, payload = rec.Status.FAILED, codec.encode_error(e, traceback=self.rt.tracebacks)
         self.rt.stats["steps"] += 1
         run.steps.pop(seq, None)
         if m.complete(seq, jm.StepDone(status, payload)):
@@ -182,7 +182,7 @@ class StepRunner:
                 first = None
                 if run.dead or self.rt.closed or not m.step_pending(seq):
                     return
-                err = codec.encode_error(e)
+                err = codec.encode_error(e, traceback=self.rt.tracebacks)
                 retry = call.retry
                 if retry.should_retry(attempt, e):
                     retry_at = env.now_ms() + retry.delay_ms(attempt, env.rng.random())

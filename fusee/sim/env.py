@@ -48,6 +48,8 @@ class SimEnv:
     ) -> None:
         self.storage = disk
         self.rng = rng
+        # Tracebacks hold file paths: a seed must replay the same from any checkout.
+        self.record_tracebacks = False
         self.loop = loop
         self._io_latency = io_latency
         self._message_latency = message_latency

@@ -498,6 +498,13 @@ class World:
             raise self.fail(str(e)) from None
         self._target = float("inf")
         self.t = self.loop.now
+        engine = self.engine
+        if engine is not None and engine.failure is not None and not self.restart_pending:
+            # The log failed with nobody asking (a flush in the background): a
+            # supervisor watching the engine restarts the process.
+            self.log(f"the engine's log failed ({engine.failure}); the supervisor will restart it")
+            self.restart_pending = True
+            self._at(self.loop.now + 0.001, _RESTART)
         self._raise_failure()
         if self.crash_pending:
             self._crash(_CRASH)
