@@ -12,6 +12,10 @@ FOUND: dict[int, str] = {
     "parked runs were not replayed at open, so nothing resent it",
     145: "a segment whose creation failed (fdatasync during open) was left behind and a later "
     "recovery took its torn header for corruption",
+    255: "the log failed in a background flush with no request in flight, and nothing restarted "
+    "the engine",
+    656: "a parked parent was woken by every replay of its detached children's starts, forever",
+    897: "an update accepted before its run ended never answered its caller",
 }
 
 
