@@ -436,6 +436,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def _parse_value(text: str) -> Any:
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true"
     for kind in (int, float):
         try:
             return kind(text)

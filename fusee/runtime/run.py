@@ -94,7 +94,11 @@ def describe_fn(fn: Callable[..., Any]) -> tuple[bool, bool, Any]:
     inspection once.
     """
     code = getattr(fn, "__code__", None)
-    key = code if code is not None else fn
+    key: Any = code if code is not None else fn
+    if isinstance(fn, functools.partial):
+        # A partial made anew for every step: key on what it wraps and how much it binds.
+        inner = getattr(fn.func, "__code__", fn.func)
+        key = (inner, len(fn.args), tuple(fn.keywords))
     try:
         return _fn_cache[key]
     except (KeyError, TypeError):
