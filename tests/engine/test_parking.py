@@ -104,7 +104,7 @@ def test_retention_forgets_finished_workflows() -> None:
 @fusee.workflow("stepper")
 async def stepper(ctx: fusee.Ctx, n: int) -> int:
     for i in range(n):
-        await ctx.step(f"s{i}", lambda: i)
+        await ctx.step(f"s{i}", (lambda v: lambda: v)(i))
     return n
 
 
