@@ -6,8 +6,10 @@ import asyncio
 import dataclasses
 import datetime
 import uuid
-from typing import Any
+from typing import Any, TypedDict
 
+import msgspec
+import pydantic
 import pytest
 
 import fusee
@@ -685,5 +687,41 @@ def test_read_only_steps_run_ahead_of_the_disk() -> None:
             assert total == 10
             assert seen == [True] or seen == [False]
             st_lsn.append(seen)
+
+    run(main())
+
+
+class Item(msgspec.Struct):
+    sku: str
+    qty: int
+
+
+class Quote(pydantic.BaseModel):
+    sku: str
+    total: int
+
+
+class Opts(TypedDict):
+    discount: int
+
+
+@fusee.workflow("typed")
+async def typed_wf(ctx: fusee.Ctx, item: Item) -> Quote:
+    def price(info: fusee.StepInfo) -> Quote:
+        return Quote(sku=item.sku, total=item.qty * 3)
+
+    q = await ctx.step("price", price)
+    assert isinstance(q, Quote)  # the step's annotation converts its recorded result back
+    opts: Opts = await ctx.step("opts", lambda: {"discount": 1})
+    return Quote(sku=q.sku, total=q.total - opts["discount"])
+
+
+def test_inputs_and_results_convert_by_annotations(tmp_path: Any) -> None:
+    async def main() -> None:
+        async with fusee.Engine.open(tmp_path, workflows=[typed_wf]) as engine:
+            r = await engine.execute(typed_wf, "t-1", Item("tea", 4))
+            assert r == Quote(sku="tea", total=11)
+        async with fusee.Engine.open(tmp_path, workflows=[typed_wf]) as engine:
+            assert await engine.get("t-1").result() == Quote(sku="tea", total=11)
 
     run(main())
