@@ -725,3 +725,33 @@ def test_inputs_and_results_convert_by_annotations(tmp_path: Any) -> None:
             assert await engine.get("t-1").result() == Quote(sku="tea", total=11)
 
     run(main())
+
+
+@fusee.workflow("long-chain")
+async def long_chain(ctx: fusee.Ctx, n: int) -> int:
+    total = 0
+    for i in range(n):
+        total += await ctx.step("add", (lambda v: lambda: v)(i))
+    return total
+
+
+def test_a_long_chain_leaves_the_loop_to_other_tasks(tmp_path: Any) -> None:
+    async def main() -> None:
+        ticks = 0
+        done = False
+
+        async def ticker() -> None:
+            nonlocal ticks
+            while not done:
+                ticks += 1
+                await asyncio.sleep(0)
+
+        async with fusee.Engine.open(tmp_path, workflows=[long_chain], inline_sync_steps=True) as engine:
+            t = asyncio.ensure_future(ticker())
+            assert await engine.execute(long_chain, "lc", 400) == sum(range(400))
+            done = True
+            await t
+        # Steps start in bounded streaks: other tasks get turns all along the chain.
+        assert ticks >= 400 // 32
+
+    run(main())
