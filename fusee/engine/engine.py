@@ -525,6 +525,7 @@ class Engine:
         rt = self._rt
         rt.park_all()
         rt.closed = True
+        rt.timers.close()
         for st in rt.wf.values():
             if st.run is not None:
                 st.run.kill()

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import heapq
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -35,6 +34,7 @@ from fusee.runtime.outcomes import workflow_error
 from fusee.runtime.run import Run, StepCall
 from fusee.runtime.snapshot import CheckpointEntry, pack, unpack
 from fusee.runtime.steps import StepRunner
+from fusee.runtime.timers import DEADLINE, EXPIRE, FIRE, PARK, WAKE, TimerQueue
 
 RUNNING, FINISHED = "running", "finished"
 
@@ -82,8 +82,6 @@ class WorkflowState(msgspec.Struct, gc=False):
 _NO_RECORDS: list[rec.Record] = []
 _NO_LSNS: list[int] = []
 
-# Kinds of timer-heap entries.
-FIRE, DEADLINE, WAKE, PARK, EXPIRE = range(5)
 
 
 def shard_of(workflow_id: str, shards: int) -> int:
@@ -125,9 +123,6 @@ class Runtime:
         self.max_loaded = max_loaded
         self.retention_ms = None if retention is None else int(retention * 1000)
         self.loaded_runs = 0
-        self._heap: list[tuple[int, int, str, int, int, int]] = []
-        self._timer_handle: asyncio.TimerHandle | None = None
-        self._timer_due = 0
         self.committer = committer
         self.log = committer.log
         self._flush_scheduled = False
@@ -138,6 +133,8 @@ class Runtime:
         self.workflows = workflows
         self.default_retry = default_retry
         self.loop = asyncio.get_running_loop()
+        self.timers = TimerQueue(self.loop, env.now_ms, self._timer_event)
+        self._push = self.timers.push
         self.wf: dict[str, WorkflowState] = {}
         self.by_run: dict[int, WorkflowState] = {}
         self.stuck: dict[str, str] = {}
@@ -687,39 +684,15 @@ class Runtime:
     def arm_deadline(self, run: Run, seq: int, deadline_ms: int) -> None:
         self._push(deadline_ms, DEADLINE, run.workflow_id, run.run_id, seq)
 
-    def _push(self, due_ms: int, kind: int, wid: str, run_id: int, seq: int = 0, extra: int = 0) -> None:
-        """Schedules a timer event; one host timer covers the earliest of them all."""
-        # Ties order by kind, workflow ID and position: deterministic, no counter kept.
-        heapq.heappush(self._heap, (due_ms, kind, wid, run_id, seq, extra))
-        if self._timer_handle is None or due_ms < self._timer_due:
-            self._arm_host_timer()
-
-    def _arm_host_timer(self) -> None:
-        if self._timer_handle is not None:
-            self._timer_handle.cancel()
-            self._timer_handle = None
-        if not self._heap or self.closed:
-            return
-        due = self._heap[0][0]
-        self._timer_due = due
-        delay = max(0.0, (due - self.env.now_ms()) / 1000)
-        self._timer_handle = self.loop.call_later(delay, self._on_timers)
-
-    def _on_timers(self) -> None:
-        self._timer_handle = None
+    def _timer_event(self, kind: int, wid: str, run_id: int, seq: int, extra: int) -> None:
         if self.closed:
             return
-        now = self.env.now_ms()
-        heap = self._heap
-        while heap and heap[0][0] <= now:
-            _, kind, wid, run_id, seq, extra = heapq.heappop(heap)
-            try:
-                self._timer_event(kind, wid, run_id, seq, extra)
-            except FuseeError:
-                pass  # the log failed: callers see it; timers have nobody to tell
-        self._arm_host_timer()
+        try:
+            self._timer_event_for(kind, wid, run_id, seq, extra)
+        except FuseeError:
+            pass  # the log failed: callers see it; timers have nobody to tell
 
-    def _timer_event(self, kind: int, wid: str, run_id: int, seq: int, extra: int) -> None:
+    def _timer_event_for(self, kind: int, wid: str, run_id: int, seq: int, extra: int) -> None:
         st = self.wf.get(wid)
         if st is None or st.run_id != run_id:
             return

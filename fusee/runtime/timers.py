@@ -1,0 +1,74 @@
+"""The engine's timers: one heap for every run's sleeps, deadlines, wake-ups, parks and expiries.
+
+However many runs wait, the host loop holds one timer: for the earliest
+entry. Entries are plain tuples (not tracked by the cycle collector) naming
+the run by workflow ID and run ID, so a parked run costs no object here, and
+an entry for a run that moved on is simply ignored when it comes due.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+from collections.abc import Callable
+
+# What an entry asks for when it comes due.
+FIRE, DEADLINE, WAKE, PARK, EXPIRE = range(5)
+
+#: (due ms, kind, workflow ID, run ID, position, extra)
+Entry = tuple[int, int, str, int, int, int]
+
+
+class TimerQueue:
+    """Due times on the Env's clock, dispatched in order on the host loop."""
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        now_ms: Callable[[], int],
+        dispatch: Callable[[int, str, int, int, int], None],
+    ) -> None:
+        self._loop = loop
+        self._now_ms = now_ms
+        self._dispatch = dispatch
+        self._heap: list[Entry] = []
+        self._handle: asyncio.TimerHandle | None = None
+        self._due = 0
+        self._closed = False
+
+    def __len__(self) -> int:
+        return len(self._heap)
+
+    def push(self, due_ms: int, kind: int, wid: str, run_id: int, seq: int = 0, extra: int = 0) -> None:
+        """Schedules an entry. Ties order by kind, workflow ID and position: deterministic."""
+        heapq.heappush(self._heap, (due_ms, kind, wid, run_id, seq, extra))
+        if self._handle is None or due_ms < self._due:
+            self._arm()
+
+    def close(self) -> None:
+        """Nothing more comes due."""
+        self._closed = True
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+
+    def _arm(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+        if not self._heap or self._closed:
+            return
+        self._due = self._heap[0][0]
+        delay = max(0.0, (self._due - self._now_ms()) / 1000)
+        self._handle = self._loop.call_later(delay, self._run_due)
+
+    def _run_due(self) -> None:
+        self._handle = None
+        if self._closed:
+            return
+        now = self._now_ms()
+        heap = self._heap
+        while heap and heap[0][0] <= now:
+            _, kind, wid, run_id, seq, extra = heapq.heappop(heap)
+            self._dispatch(kind, wid, run_id, seq, extra)
+        self._arm()
