@@ -280,6 +280,8 @@ class Runtime:
                 self._continue(st)
         for st in list(self.wf.values()):
             if st.final and (st.packed is None or st.id in outbox):
+                # A finished run's child starts and signals may have been lost on the way too.
+                self._redo_outbox(st)
                 self._apply_close_policy(st)
 
     def _redo_outbox(self, st: WorkflowState) -> None:
