@@ -387,14 +387,27 @@ class Engine:
         await self._durable(st.shard, lsn)
 
     async def query(self, workflow_id: str, query: QueryDef, arg: Any = None) -> Any:
-        """Answers ``query`` from the run's state, once that state is durable."""
+        """Answers ``query`` from the run's state, once that state is durable.
+
+        Answers to queries of one run are released in the order the queries
+        were asked, so a later answer never shows an older state than an
+        earlier one.
+        """
         self._check_open()
         if not isinstance(query, QueryDef):
             raise TypeError(f"query takes a query made with fusee.query(...), got {query!r}")
         run = self._rt.running_run(self._check_id(workflow_id))
         answer = run.answer_query(query, arg)
-        if not sabotage.active.query_from_nondurable:
-            await self._durable(run.shard, run.machine.gate)
+        earlier = run.last_answer
+        mine: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        run.last_answer = mine
+        try:
+            if not sabotage.active.query_from_nondurable:
+                await self._durable(run.shard, run.machine.gate)
+            if earlier is not None and not earlier.done():
+                await asyncio.shield(earlier)
+        finally:
+            mine.set_result(None)
         return answer
 
     async def update(

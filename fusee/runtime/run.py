@@ -178,6 +178,8 @@ class Run:
         self.cancel_requested = False
         #: Bumped whenever the run goes quiet: a park scheduled before it is stale.
         self.activity = 0
+        #: Released when the latest query's answer is: answers leave in order.
+        self.last_answer: asyncio.Future[None] | None = None
         for r in journal:
             self._index(r)
 

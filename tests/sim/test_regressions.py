@@ -16,6 +16,8 @@ FOUND: dict[int, str] = {
     "the engine",
     656: "a parked parent was woken by every replay of its detached children's starts, forever",
     897: "an update accepted before its run ended never answered its caller",
+    2269: "two queries of one run in flight: the one asked first (older state) was answered "
+    "after the newer one",
     526: "a detached child's start was lost at a crash after its parent finished, and finished "
     "parents did not redo their outbox at open",
 }
