@@ -18,7 +18,7 @@ from typing import Any
 from fusee import codec, sabotage
 from fusee.core import records as rec
 from fusee.definitions import QueryDef, SignalDef, UpdateDef, WorkflowDef
-from fusee.errors import EngineClosed, FuseeError, LogFailed, NotFound, SerializationError
+from fusee.errors import EngineClosed, FuseeError, LogFailed
 from fusee.retry import Retry
 from fusee.runtime.env import Env, RealEnv
 from fusee.runtime.runtime import IF_FINISHED, IF_RUNNING, Runtime, dedup_key
@@ -119,9 +119,7 @@ class Engine:
     _env: Env
     _own_env: bool
     _log: SharedLog
-    _path: str
     _closed: bool
-    _checkpoint_every: int
     _committer: GroupCommitter
     _rt: Runtime
     #: Log records the last open read after the checkpoint.
@@ -241,9 +239,7 @@ class Engine:
         self._env = env
         self._own_env = own_env
         self._log = log
-        self._path = dir_path
         self._closed = False
-        self._checkpoint_every = checkpoint_every
         self._committer = GroupCommitter(
             log,
             run_blocking=env.run_blocking,
@@ -589,4 +585,4 @@ def _dedup(key: str | None) -> int:
     return dedup_key("client:" + key)
 
 
-__all__ = ["Engine", "NotFound", "RunHandle", "RunSummary", "SerializationError"]
+__all__ = ["Engine", "RunHandle", "RunSummary"]

@@ -26,11 +26,12 @@ from fusee.errors import (
     DeterminismError,
     FuseeError,
     NondeterministicCall,
+    QueryFailed,
     SerializationError,
     UpdateFailed,
 )
 from fusee.retry import Retry
-from fusee.runtime.context import ChildHandle, ContinueAsNew, Ctx, OutsideWorkflow
+from fusee.runtime.context import ChildHandle, ContinueAsNew, Ctx, OutsideWorkflow, takes_argument
 from fusee.runtime.wfloop import WorkflowLoop
 
 if TYPE_CHECKING:
@@ -103,8 +104,6 @@ def describe_fn(fn: Callable[..., Any]) -> tuple[bool, bool, Any]:
         return _fn_cache[key]
     except (KeyError, TypeError):
         pass
-    from fusee.runtime.context import takes_argument
-
     v = (takes_argument(fn), inspect.iscoroutinefunction(fn), _return_type(fn))
     try:
         if len(_fn_cache) < 4096:
@@ -176,8 +175,9 @@ class Run:
         self.update_inflight: dict[str, asyncio.Future[Any]] = {}
         self.cancel_lsn = 0
         self.cancel_requested = False
-        #: Bumped whenever the run goes quiet: a park scheduled before it is stale.
-        self.activity = 0
+        #: When the run last went quiet (Env ms), and whether a park check is queued for it.
+        self.quiet_since = 0
+        self.park_queued = False
         #: Released when the latest query's answer is: answers leave in order.
         self.last_answer: asyncio.Future[None] | None = None
         for r in journal:
@@ -774,14 +774,10 @@ class Run:
     def answer_query(self, query: QueryDef, arg: Any) -> Any:
         handler = self.query_handlers.get(query.name)
         if handler is None:
-            from fusee.errors import QueryFailed
-
             raise QueryFailed(
                 f"workflow '{self.workflow_id}' has no handler for query '{query.name}' "
                 f"(handlers: {sorted(self.query_handlers) or 'none'})"
             )
-        from fusee.runtime.context import takes_argument
-
         value = handler(arg) if takes_argument(handler) else handler()
         # A snapshot in plain values, so later changes of the state do not show through.
         return codec.decode(codec.encode(value))

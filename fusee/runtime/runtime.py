@@ -705,8 +705,17 @@ class Runtime:
             return
         if kind == PARK:
             run = st.run
-            if run is not None and run.activity == extra and self._parkable(run):
+            if run is None:
+                return
+            run.park_queued = False
+            if not self._parkable(run):
+                return  # busy again: its next quiet moment queues a new check
+            due = run.quiet_since + self._park_delay()
+            if due <= self.env.now_ms():
                 self.park(st)
+            else:
+                run.park_queued = True
+                self._push(due, PARK, wid, run_id)
             return
         if st.status is not None:
             return
@@ -751,11 +760,18 @@ class Runtime:
         """A run went quiet: park it once it has stayed suspended for ``park_after``."""
         if self.park_after_ms is None or not run.machine.is_suspended():
             return
-        run.activity += 1
-        delay = self.park_after_ms
+        now = self.env.now_ms()
+        run.quiet_since = now
+        if run.park_queued:
+            return  # one queued check per run: it looks again at when the run went quiet
+        run.park_queued = True
+        self._push(now + self._park_delay(), PARK, run.workflow_id, run.run_id)
+
+    def _park_delay(self) -> int:
+        assert self.park_after_ms is not None
         if self.max_loaded is not None and self.loaded_runs > self.max_loaded:
-            delay = 0
-        self._push(self.env.now_ms() + delay, PARK, run.workflow_id, run.run_id, 0, run.activity)
+            return 0
+        return self.park_after_ms
 
     def _parkable(self, run: Run) -> bool:
         return (

@@ -17,6 +17,7 @@ from fusee import codec, sabotage
 from fusee.core import journal as jm
 from fusee.core import records as rec
 from fusee.errors import FuseeError, SerializationError
+from fusee.runtime.context import StepInfo
 from fusee.runtime.run import Run, StepCall
 
 if TYPE_CHECKING:
@@ -239,8 +240,6 @@ class StepRunner:
     def _step_args(self, run: Run, seq: int, call: StepCall, attempt: int) -> tuple[Any, ...]:
         if not call.takes_info:
             return ()
-        from fusee.runtime.context import StepInfo
-
         progress_raw = run.machine.progress(seq)
         progress = codec.decode(progress_raw) if progress_raw is not None else None
         info = StepInfo(
