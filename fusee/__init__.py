@@ -32,6 +32,8 @@ from fusee.errors import (
     WorkflowCancelled,
     WorkflowFailed,
     WorkflowTerminated,
+    WorkflowTimedOut,
+    WrongEventLoop,
 )
 from fusee.retry import Retry
 from fusee.runtime.context import ChildHandle, Ctx, StepInfo
@@ -65,6 +67,8 @@ __all__ = [
     "WorkflowDef",
     "WorkflowFailed",
     "WorkflowTerminated",
+    "WorkflowTimedOut",
+    "WrongEventLoop",
     "query",
     "signal",
     "update",

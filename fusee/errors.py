@@ -129,6 +129,15 @@ class StepFailed(FuseeError):
         super().__init__(message)
 
 
+class StepTimeout(FuseeError, TimeoutError):
+    """A step's function ran longer than its ``timeout``; the attempt counts as failed.
+
+    An async function is cancelled at the timeout. A synchronous one cannot be
+    interrupted: it runs to its end, its result is discarded, and the next
+    attempt starts only after it returned.
+    """
+
+
 class Cancelled(FuseeError):
     """The run was cancelled: raised at the operations the workflow awaits.
 
@@ -138,6 +147,14 @@ class Cancelled(FuseeError):
 
 class Busy(FuseeError):
     """The engine is overloaded and refused the request; retry later."""
+
+
+class WrongEventLoop(FuseeError, RuntimeError):
+    """The engine was called from another thread or event loop than its own.
+
+    Nothing was recorded. From another thread use ``engine.run_threadsafe(...)``
+    (or ``asyncio.run_coroutine_threadsafe(coro, engine.loop)``).
+    """
 
 
 class EngineClosed(FuseeError):

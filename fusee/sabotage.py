@@ -23,6 +23,9 @@ class Sabotage:
     step_before_gate: bool = False
     query_from_nondurable: bool = False
     drop_outbox_message: bool = False
+    #: A step covered by a requested cancel starts anyway (and the cancel does
+    #: not wait for running steps).
+    step_after_cancel: bool = False
 
 
 #: The switches in force. Engine code reads them; only tests write them.

@@ -658,6 +658,8 @@ class RunMachine:
             st = self._stream_state(r.stream)
             if st.closed is None:
                 st.closed = r.seq
+        elif t is rec.CancelRequest:
+            pass  # the host's business: it holds steps back until the Cancel is delivered
         elif t is rec.Start:
             raise DeterminismError("the journal holds a second start record")
         else:  # pragma: no cover - every record kind is handled above

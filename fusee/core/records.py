@@ -297,6 +297,19 @@ class StreamEnd(_Rec, tag=23, frozen=True, array_like=True, gc=False):
     status: Status
 
 
+class CancelRequest(_Rec, tag=24, frozen=True, array_like=True, gc=False):
+    """A cancellation was asked for (and acknowledged once this is durable).
+
+    It takes no position and delivers nothing: the ``Cancel`` that reaches the
+    code follows once the run's step functions then running have settled. No
+    step function of the run starts between the two.
+    """
+
+    run: int
+    reason: bytes
+    by: bytes | None = None
+
+
 Record = (
     Start
     | Step
@@ -322,6 +335,7 @@ Record = (
     | Attributes
     | Chunk
     | StreamEnd
+    | CancelRequest
 )
 
 #: Every record type, in tag order.
@@ -350,6 +364,7 @@ RECORD_TYPES: Final[tuple[type[Record], ...]] = (
     Attributes,
     Chunk,
     StreamEnd,
+    CancelRequest,
 )
 
 _VERSION_BYTE: Final = bytes([FORMAT_VERSION])

@@ -9,24 +9,34 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 import os
 import random
-from collections.abc import Generator, Iterable
+from collections.abc import Awaitable, Callable, Generator, Iterable
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 from fusee import codec, sabotage
 from fusee.core import records as rec
 from fusee.definitions import QueryDef, SignalDef, UpdateDef, WorkflowDef
-from fusee.errors import EngineClosed, FuseeError, LogFailed
+from fusee.durations import to_ms
+from fusee.errors import EngineClosed, FuseeError, LogFailed, WrongEventLoop
 from fusee.retry import Retry
-from fusee.runtime.env import Env, RealEnv
+from fusee.runtime.context import Duration
+from fusee.runtime.env import DEFAULT_STEP_THREADS, Env, RealEnv
 from fusee.runtime.runtime import IF_FINISHED, IF_RUNNING, Runtime, dedup_key
+from fusee.runtime.wfloop import WorkflowLoop
 from fusee.storage.committer import GroupCommitter
 from fusee.storage.log import SharedLog
 
 #: Where an engine opened without a path keeps its (in-memory) directory.
 MEMORY_PATH = "/fusee-memory"
+
+#: How long :meth:`Engine.close` lets running step functions finish, by default.
+DEFAULT_CLOSE_GRACE = 10.0
+
+T = TypeVar("T")
+log = logging.getLogger("fusee")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -138,6 +148,7 @@ class Engine:
         env: Env | None = None,
         retry: Retry | None = None,
         inline_sync_steps: bool = False,
+        step_threads: int = DEFAULT_STEP_THREADS,
         truncate_corrupt: bool = False,
         segment_bytes: int = 64 << 20,
         blob_threshold: int = 256 << 10,
@@ -164,6 +175,7 @@ class Engine:
                 env=env,
                 retry=retry,
                 inline_sync_steps=inline_sync_steps,
+                step_threads=step_threads,
                 truncate_corrupt=truncate_corrupt,
                 segment_bytes=segment_bytes,
                 blob_threshold=blob_threshold,
@@ -184,6 +196,7 @@ class Engine:
         env: Env | None,
         retry: Retry | None,
         inline_sync_steps: bool,
+        step_threads: int,
         truncate_corrupt: bool,
         segment_bytes: int,
         blob_threshold: int,
@@ -217,7 +230,7 @@ class Engine:
                 from fusee.storage.posix import PosixStorage
 
                 storage = PosixStorage()
-            env = RealEnv(storage, inline_sync_steps=inline_sync_steps)
+            env = RealEnv(storage, inline_sync_steps=inline_sync_steps, step_threads=step_threads)
         dir_path = MEMORY_PATH if path is None else os.fspath(path)
         def open_log() -> tuple[SharedLog, Any]:
             return SharedLog.open(
@@ -242,7 +255,7 @@ class Engine:
         self._closed = False
         self._committer = GroupCommitter(
             log,
-            run_blocking=env.run_blocking,
+            run_blocking=env.run_io,
             inline=env.inline_flush,
             on_durable=lambda durable: self._rt.on_durable(durable),
         )
@@ -266,7 +279,27 @@ class Engine:
 
     # --- helpers ---------------------------------------------------------
 
+    def _check_loop(self) -> None:
+        """Every entry point runs on the engine's loop: refuse others before anything is recorded."""
+        try:
+            loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = None
+        if loop is self._rt.loop:
+            return
+        if isinstance(loop, WorkflowLoop):
+            raise WrongEventLoop(
+                "the engine was called from workflow code; use ctx (ctx.child, "
+                "ctx.signal_workflow, ...) or call the engine from a step function"
+            )
+        raise WrongEventLoop(
+            "the engine was called from another thread or event loop than the one it was opened on; "
+            "use engine.run_threadsafe(engine.signal, ...) (or asyncio.run_coroutine_threadsafe(..., "
+            "engine.loop)) from other threads"
+        )
+
     def _check_open(self) -> None:
+        self._check_loop()
         if self._closed:
             raise EngineClosed("the engine is closed: open it again to continue")
         failed = self._log.failed
@@ -306,6 +339,7 @@ class Engine:
         *,
         if_running: str = "fail",
         if_finished: str = "fail",
+        timeout: Duration | None = None,
     ) -> RunHandle:
         """Starts ``workflow`` as ``workflow_id`` and returns once its start is durable.
 
@@ -314,8 +348,14 @@ class Engine:
         ``"terminate"`` (end it and start anew). If it finished:
         ``if_finished`` is ``"fail"``, ``"attach"`` (its stored result) or
         ``"start"`` (run it again).
+
+        ``timeout`` bounds the whole workflow (across continue-as-new): when it
+        passes, the run ends at once as timed out (``result()`` raises
+        :class:`fusee.WorkflowTimedOut`) and its children follow their close
+        policy. The deadline is journaled: it holds across crashes.
         """
         self._check_open()
+        deadline_ms = self._env.now_ms() + to_ms(timeout) if timeout is not None else 0
         wdef = self._workflow(workflow)
         wid = self._check_id(workflow_id)
         if if_running not in IF_RUNNING:
@@ -326,7 +366,7 @@ class Engine:
             raise TypeError(f"workflow '{wdef.name}' takes no input, got {type(input).__name__}")
         payload = codec.encode(input)
         st, lsn, _ = self._rt.start_workflow(
-            wdef, wid, payload, if_running=if_running, if_finished=if_finished
+            wdef, wid, payload, if_running=if_running, if_finished=if_finished, deadline_ms=deadline_ms
         )
         run_id = st.run_id
         await self._durable(st.shard, lsn)
@@ -340,9 +380,12 @@ class Engine:
         *,
         if_running: str = "fail",
         if_finished: str = "fail",
+        timeout: Duration | None = None,
     ) -> Any:
         """Starts ``workflow`` and returns its result (see :meth:`start` and :meth:`RunHandle.result`)."""
-        h = await self.start(workflow, workflow_id, input, if_running=if_running, if_finished=if_finished)
+        h = await self.start(
+            workflow, workflow_id, input, if_running=if_running, if_finished=if_finished, timeout=timeout
+        )
         return await h.result()
 
     def get(self, workflow_id: str) -> RunHandle:
@@ -473,6 +516,36 @@ class Engine:
         lsn = self._rt.resume(wid, None)
         await self._durable(st.shard, lsn)
 
+    # --- other threads -------------------------------------------------------
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        """The event loop the engine runs on: every call must be made there."""
+        return self._rt.loop
+
+    def run_threadsafe(
+        self, method: Callable[..., Awaitable[T]], *args: Any, timeout: float | None = None, **kwargs: Any
+    ) -> T:
+        """Calls an engine coroutine method from another thread and returns its result.
+
+        ``engine.run_threadsafe(engine.signal, "order-1", approve, True)``
+        runs ``engine.signal(...)`` on the engine's loop and blocks this thread
+        until it returns (or ``timeout`` seconds pass: ``TimeoutError``). It
+        must not be called from the engine's own loop (that would deadlock):
+        there, ``await`` the method directly.
+        """
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is self._rt.loop:
+            raise WrongEventLoop("run_threadsafe was called on the engine's own loop: await the method instead")
+
+        async def call() -> T:
+            return await method(*args, **kwargs)
+
+        return asyncio.run_coroutine_threadsafe(call(), self._rt.loop).result(timeout)
+
     # --- inspection ---------------------------------------------------------
 
     async def journal(self, workflow_id: str) -> list[rec.Record]:
@@ -525,13 +598,30 @@ class Engine:
         self._check_open()
         self._rt.checkpoint()
 
-    async def close(self) -> None:
-        """Stops the engine: running code stops where it is (it continues at the next open),
-        everything acknowledged is already durable, and a checkpoint is written."""
+    async def close(self, grace: Duration = DEFAULT_CLOSE_GRACE) -> None:
+        """Stops the engine gracefully.
+
+        New calls are refused at once (:class:`fusee.EngineClosed`) and no new
+        step function starts. Step functions already running get up to
+        ``grace`` (default 10 s) to finish; their results are journaled, so they
+        do not run again at the next open. Then workflow code stops where it
+        is (it continues at the next open), everything journaled is made
+        durable, and a checkpoint is written. A step still running when the
+        grace ends has its result dropped: it runs again at the next open.
+        """
+        self._check_loop()
         if self._closed:
             return
         self._closed = True
         rt = self._rt
+        rt.closing = True
+        grace_s = to_ms(grace) / 1000
+        if rt.steps.executing and self._log.failed is None:
+            try:
+                await asyncio.wait_for(rt.steps.wait_idle(), grace_s)
+            except TimeoutError:
+                log.warning("close: %d step function(s) still running after the %ss grace; "
+                            "they run again at the next open", rt.steps.executing, grace_s)
         rt.park_all()
         rt.closed = True
         rt.timers.close()

@@ -49,7 +49,16 @@ class StepInfo:
     from 1 (from the last resume, for a paused and resumed step).
     """
 
-    __slots__ = ("_heartbeat", "attempt", "key", "name", "progress", "run_id", "workflow_id")
+    __slots__ = (
+        "_cancel_requested",
+        "_heartbeat",
+        "attempt",
+        "key",
+        "name",
+        "progress",
+        "run_id",
+        "workflow_id",
+    )
 
     def __init__(
         self,
@@ -60,6 +69,7 @@ class StepInfo:
         run_id: int,
         progress: Any,
         heartbeat: Callable[[Any], None],
+        cancel_requested: Callable[[], bool] = lambda: False,
     ) -> None:
         self.name = name
         self.key = key
@@ -69,10 +79,25 @@ class StepInfo:
         #: The latest progress an earlier attempt reported with heartbeat(), or None.
         self.progress = progress
         self._heartbeat = heartbeat
+        self._cancel_requested = cancel_requested
 
     def heartbeat(self, progress: Any = None) -> None:
-        """Records progress; a later attempt of this step sees it as ``info.progress``."""
+        """Records progress; a later attempt of this step sees it as ``info.progress``.
+
+        Safe to call from a synchronous step function's thread. Only the latest
+        progress per flush is journaled.
+        """
         self._heartbeat(progress)
+
+    @property
+    def cancel_requested(self) -> bool:
+        """Whether the run's cancellation was requested while this function runs.
+
+        A synchronous step function cannot be interrupted: it runs to its end
+        and its outcome is journaled before the workflow sees ``Cancelled``.
+        Long functions may check this and stop early (return or raise).
+        """
+        return self._cancel_requested()
 
     def __repr__(self) -> str:
         return f"StepInfo(name={self.name!r}, key={self.key!r}, attempt={self.attempt})"
@@ -88,6 +113,27 @@ class ChildHandle:
 
     def __repr__(self) -> str:
         return f"ChildHandle({self.workflow_id!r})"
+
+
+def takes_step_info(fn: Callable[..., Any]) -> bool:
+    """Whether a step function wants a :class:`StepInfo`: its first parameter is
+    required, or annotated ``StepInfo``.
+
+    A parameter with a default (``lambda i=i: ...``, the usual way to capture a
+    loop variable) is left to its default.
+    """
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return False
+    for p in sig.parameters.values():
+        if p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
+            return False
+        ann = p.annotation
+        if ann is StepInfo or (isinstance(ann, str) and ann.rsplit(".", 1)[-1] == "StepInfo"):
+            return True
+        return p.default is p.empty
+    return False
 
 
 def takes_argument(fn: Callable[..., Any]) -> bool:

@@ -3,6 +3,11 @@
 The real engine and the simulator differ only here. Engine code never reads a
 clock, draws randomness, starts a thread or touches a file except through the
 Env it was opened with, so a simulated Env makes a run reproducible from a seed.
+
+Step work and storage work have separate seams: a user's blocking step
+functions may fill their pool for minutes, and the log's flush must never
+queue behind them (finished work would wait for the disk, and be lost by a
+crash meanwhile).
 """
 
 from __future__ import annotations
@@ -17,6 +22,9 @@ from typing import Any, Protocol, TypeVar
 
 T = TypeVar("T")
 
+#: Threads that run synchronous step functions when ``Engine.open`` is not told otherwise.
+DEFAULT_STEP_THREADS = 16
+
 
 class Env(Protocol):
     """What a runtime asks of the world."""
@@ -28,16 +36,19 @@ class Env(Protocol):
     #: Run a flush on the event loop's thread when exactly one run waits for it.
     inline_flush: bool
     #: Run synchronous step functions on the event loop's thread (cheap, pure
-    #: functions) instead of the thread pool.
+    #: functions) instead of the step pool.
     inline_sync_steps: bool
-    #: Journal the traceback of a failed step or workflow (optional; default True).
 
     def now_ms(self) -> int:
         """Wall-clock Unix milliseconds (what ``ctx.now()`` records)."""
         ...
 
-    def run_blocking(self, fn: Callable[[], T]) -> Awaitable[T]:
-        """Runs ``fn`` off the event loop's thread and returns its result."""
+    def run_io(self, fn: Callable[[], T]) -> Awaitable[T]:
+        """Runs storage work (a flush) off the event loop's thread; never behind step work."""
+        ...
+
+    def run_step(self, fn: Callable[[], T]) -> Awaitable[T]:
+        """Runs a synchronous step function in the bounded step pool and returns its result."""
         ...
 
     def message_delay(self) -> float:
@@ -46,17 +57,22 @@ class Env(Protocol):
 
 
 class RealEnv:
-    """The Env of a real process: wall clock, OS randomness, worker threads."""
+    """The Env of a real process: wall clock, OS randomness, a log thread and a step pool."""
 
     def __init__(self, storage: Any, *, inline_flush: bool = True, inline_sync_steps: bool = False,
-                 step_threads: int = 8) -> None:
+                 step_threads: int = DEFAULT_STEP_THREADS) -> None:
+        if not isinstance(step_threads, int) or isinstance(step_threads, bool) or step_threads < 1:
+            raise ValueError(f"step_threads must be a positive int, got {step_threads!r}")
         self.storage = storage
         self.rng = random.Random(os.urandom(16))
         self.inline_flush = inline_flush
         self.inline_sync_steps = inline_sync_steps
-        self._pool = concurrent.futures.ThreadPoolExecutor(
+        self.step_threads = step_threads
+        self._steps = concurrent.futures.ThreadPoolExecutor(
             max_workers=step_threads, thread_name_prefix="fusee-step"
         )
+        # One thread of its own: one flush is in flight at a time anyway.
+        self._io = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="fusee-log")
         # The host's loop, taken now: later calls may come from inside a
         # workflow's own loop, which runs no threads.
         try:
@@ -67,13 +83,20 @@ class RealEnv:
     def now_ms(self) -> int:
         return time.time_ns() // 1_000_000
 
-    def run_blocking(self, fn: Callable[[], T]) -> Awaitable[T]:
+    def _host_loop(self) -> asyncio.AbstractEventLoop:
         if self._loop is None:
             self._loop = asyncio.get_running_loop()
-        return self._loop.run_in_executor(self._pool, fn)
+        return self._loop
+
+    def run_io(self, fn: Callable[[], T]) -> Awaitable[T]:
+        return self._host_loop().run_in_executor(self._io, fn)
+
+    def run_step(self, fn: Callable[[], T]) -> Awaitable[T]:
+        return self._host_loop().run_in_executor(self._steps, fn)
 
     def message_delay(self) -> float:
         return 0.0
 
     def close(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=False)
+        self._steps.shutdown(wait=False, cancel_futures=True)
+        self._io.shutdown(wait=True)

@@ -16,7 +16,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from fusee import codec
+from fusee import codec, sabotage
 from fusee.core import journal as jm
 from fusee.core import records as rec
 from fusee.definitions import QueryDef, SignalDef, UpdateDef, WorkflowDef
@@ -31,7 +31,14 @@ from fusee.errors import (
     UpdateFailed,
 )
 from fusee.retry import Retry
-from fusee.runtime.context import ChildHandle, ContinueAsNew, Ctx, OutsideWorkflow, takes_argument
+from fusee.runtime.context import (
+    ChildHandle,
+    ContinueAsNew,
+    Ctx,
+    OutsideWorkflow,
+    takes_argument,
+    takes_step_info,
+)
 from fusee.runtime.wfloop import WorkflowLoop
 
 if TYPE_CHECKING:
@@ -55,6 +62,7 @@ class StepCall:
         "fn",
         "gate",
         "is_async",
+        "last_error",
         "name",
         "not_before",
         "read_only",
@@ -82,6 +90,8 @@ class StepCall:
         self.attempt = attempt
         self.not_before = not_before
         self.gate = gate
+        #: The latest failed attempt's error (for describe()), or None.
+        self.last_error: str | None = None
         self.takes_info, self.is_async, _ = describe_fn(fn)
 
 
@@ -104,7 +114,7 @@ def describe_fn(fn: Callable[..., Any]) -> tuple[bool, bool, Any]:
         return _fn_cache[key]
     except (KeyError, TypeError):
         pass
-    v = (takes_argument(fn), inspect.iscoroutinefunction(fn), _return_type(fn))
+    v = (takes_step_info(fn), inspect.iscoroutinefunction(fn), _return_type(fn))
     try:
         if len(_fn_cache) < 4096:
             _fn_cache[key] = v
@@ -173,15 +183,26 @@ class Run:
         self.update_waiters: dict[int, asyncio.Future[Any]] = {}  # token -> caller
         self.update_by_ordinal: dict[int, list[asyncio.Future[Any]]] = {}
         self.update_inflight: dict[str, asyncio.Future[Any]] = {}
-        self.cancel_lsn = 0
+        #: CancelRequest and Cancel records in the journal: a cancellation is
+        #: pending (asked, not yet delivered) while there are more of the first.
+        self.cancel_requests = 0
+        self.cancels = 0
+        self.cancel_request_lsn = 0
+        self._cancel_ask: tuple[bytes, bytes | None] = (b"", None)
+        #: A cancellation reached the code (its Cancelled may end the run as cancelled).
         self.cancel_requested = False
+        #: Steps whose function runs now: seq -> the task carrying an async
+        #: function (asyncio cancellation reaches it), or None (a thread's).
+        self.executing: dict[int, asyncio.Task[Any] | None] = {}
         #: When the run last went quiet (Env ms), and whether a park check is queued for it.
         self.quiet_since = 0
         self.park_queued = False
         #: Released when the latest query's answer is: answers leave in order.
         self.last_answer: asyncio.Future[None] | None = None
-        for r in journal:
+        for r, lsn in zip(journal, lsns, strict=True):
             self._index(r)
+            if type(r) is rec.CancelRequest:
+                self.cancel_request_lsn = lsn
 
     # --- journal bookkeeping --------------------------------------------
 
@@ -214,6 +235,12 @@ class Run:
             uid = self.update_ids.get(r.ordinal)
             if uid is not None:
                 self.update_results[uid] = (r.status, r.payload)
+        elif t is rec.CancelRequest:
+            assert isinstance(r, rec.CancelRequest)
+            self.cancel_requests += 1
+            self._cancel_ask = (r.reason, r.by)
+        elif t is rec.Cancel:
+            self.cancels += 1
         elif t is rec.Start:
             assert isinstance(r, rec.Start)
             if r.update is not None:
@@ -232,7 +259,59 @@ class Run:
 
     def start(self) -> None:
         """Starts (or replays) the workflow's code and delivers what is deliverable."""
+        if self.machine.info.deadline_ms:
+            self.rt.arm_run_deadline(self, self.machine.info.deadline_ms)
         self.task = self.loop.create_task(self._main())
+        self.pump()
+        # A cancel asked for before a crash and not delivered: nothing of this
+        # life runs yet, so it reaches the code now.
+        self.deliver_cancel_if_settled()
+
+    # --- cancellation -------------------------------------------------------
+
+    @property
+    def cancel_pending(self) -> bool:
+        """A cancellation was asked for and has not reached the code yet: no step starts."""
+        return self.cancel_requests > self.cancels
+
+    def request_cancel(self, reason: bytes, by: bytes | None) -> int:
+        """Journals a cancel request; returns the LSN that acknowledges it.
+
+        The ``Cancel`` delivery follows once the steps running now have
+        settled (their outcomes journaled first), so compensation always runs
+        after the effects it compensates. Async step functions are interrupted
+        with asyncio cancellation; synchronous ones run to their end.
+        """
+        if self.cancel_pending:
+            return self.cancel_request_lsn
+        if self.machine.cancellation_covers_current_operations():
+            return self.machine.gate  # delivered already, and nothing started since
+        lsn = self.append(rec.CancelRequest(run=self.run_id, reason=reason, by=by))
+        self.cancel_request_lsn = lsn
+        for task in list(self.executing.values()):
+            if task is not None:
+                # On the loop's next turn: a task made this turn has not begun
+                # yet, and cancelling it now would skip its step function's cleanup.
+                self.rt.loop.call_soon(task.cancel)
+        self.deliver_cancel_if_settled()
+        return lsn
+
+    def cancel_reason(self) -> bytes:
+        """The reason of the latest cancel request."""
+        return self._cancel_ask[0]
+
+    def deliver_cancel_if_settled(self) -> None:
+        """Hands a pending cancel to the code once no step function of the run is running."""
+        if not self.cancel_pending or self.dead or self.finished or self.stuck is not None:
+            return
+        if self.executing and not sabotage.active.step_after_cancel:
+            return
+        m = self.machine
+        if m.cancellation_covers_current_operations():
+            self.cancels = self.cancel_requests  # nothing left that it could cancel
+            return
+        reason, by = self._cancel_ask
+        m.request_cancel(reason, by)
         self.pump()
 
     async def _main(self) -> Any:
@@ -261,13 +340,16 @@ class Run:
             t = type(n)
             if t is jm.Deliver:
                 assert isinstance(n, jm.Deliver)
-                if n.record is not None:
-                    self.append(n.record)
+                lsn = self.append(n.record) if n.record is not None else 0
+                if n.outcome.status == rec.Status.TIMED_OUT and n.seq in self.children:
+                    # The parent stopped waiting: the child follows its close policy
+                    # (again on replay: a crash may have come between).
+                    self.rt.child_timed_out(self, self.children[n.seq], lsn)
                 self._resolve(n.seq, n.outcome)
             elif t is jm.CancelAll:
                 assert isinstance(n, jm.CancelAll)
                 if n.record is not None:
-                    self.cancel_lsn = self.append(n.record)
+                    self.append(n.record)
                 self.cancel_requested = True
                 for seq in n.seqs:
                     self._cancel_op(seq, n.reason)
@@ -368,7 +450,7 @@ class Run:
                 elif isinstance(exc, DeterminismError | NondeterministicCall | OutsideWorkflow):
                     self._fail_determinism(exc)
                     return
-                elif isinstance(exc, Cancelled) and self.cancel_requested:
+                elif isinstance(exc, Cancelled) and (self.cancel_requested or self.cancel_pending):
                     status, payload = rec.Status.CANCELLED, str(exc).encode()
                 else:
                     status, payload = rec.Status.FAILED, codec.encode_error(exc, traceback=self.rt.tracebacks)
@@ -596,6 +678,8 @@ class Run:
             child = self.children.get(seq)
             if child is not None:
                 self.rt.ensure_child(self, child)
+                if child.deadline_ms and not detached and self.machine.is_live_pending(seq):
+                    self.rt.arm_child_deadline(self, seq, child.deadline_ms)
         if detached:
             fut = self.loop.create_future()
             fut.set_result(ChildHandle(workflow_id))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -34,7 +35,18 @@ from fusee.runtime.outcomes import workflow_error
 from fusee.runtime.run import Run, StepCall
 from fusee.runtime.snapshot import CheckpointEntry, pack, unpack
 from fusee.runtime.steps import StepRunner
-from fusee.runtime.timers import DEADLINE, EXPIRE, FIRE, PARK, WAKE, TimerQueue
+from fusee.runtime.timers import (
+    CHILD_DEADLINE,
+    DEADLINE,
+    EXPIRE,
+    FIRE,
+    PARK,
+    RUN_DEADLINE,
+    WAKE,
+    TimerQueue,
+)
+
+log = logging.getLogger("fusee")
 
 RUNNING, FINISHED = "running", "finished"
 
@@ -138,9 +150,12 @@ class Runtime:
         self.wf: dict[str, WorkflowState] = {}
         self.by_run: dict[int, WorkflowState] = {}
         self.stuck: dict[str, str] = {}
+        self.stuck_errors: dict[str, FuseeError] = {}
         self._token = 0
         self._tasks: set[asyncio.Task[Any]] = set()
         self.closed = False
+        #: Closing: running step functions finish, no new one starts.
+        self.closing = False
         self.stats = {"steps": 0, "replays": 0, "runs_started": 0, "parked": 0, "woken": 0, "checkpoints": 0}
 
     # --- log ------------------------------------------------------------
@@ -294,7 +309,11 @@ class Runtime:
                 children[r.seq] = r
             elif t is rec.ChildDone:
                 assert isinstance(r, rec.ChildDone)
-                children.pop(r.seq, None)
+                child = children.pop(r.seq, None)
+                if child is not None and r.status == rec.Status.TIMED_OUT:
+                    # The parent stopped waiting; a crash may have kept the policy from the child.
+                    ref = rec.ParentRef(id=st.id, run=st.run_id, seq=r.seq)
+                    self._send(self._close_child, ref, child)
             elif t is rec.Send:
                 assert isinstance(r, rec.Send)
                 key = dedup_key(f"send:{r.run}:{r.seq}")
@@ -306,15 +325,15 @@ class Runtime:
     def _load_run(self, st: WorkflowState) -> None:
         wdef = self.workflows.get(st.wtype)
         if wdef is None:
-            self.stuck[st.id] = (
+            self.mark_stuck(st.id, UnknownWorkflow(
                 f"workflow type '{st.wtype}' is not registered: reopen the engine with it "
                 "in workflows=[...] to continue this run"
-            )
+            ))
             return
         try:
             machine = jm.RunMachine.from_journal(st.journal, st.lsns[-1])
         except DeterminismError as e:
-            self.stuck[st.id] = str(e)
+            self.mark_stuck(st.id, e)
             return
         run = Run(self, st.shard, wdef, machine, st.journal, st.lsns)
         st.run = run
@@ -335,6 +354,7 @@ class Runtime:
         policy: int = 0,
         if_running: str = "fail",
         if_finished: str = "fail",
+        deadline_ms: int = 0,
     ) -> tuple[WorkflowState, int, bool]:
         """Starts ``wid`` (or attaches to it, per the policies).
 
@@ -363,13 +383,15 @@ class Runtime:
         else:
             st = self.wf[wid] = WorkflowState(wid, shard_of(wid, self.shards))
         st.parent = parent
-        lsn = self._new_run(st, wdef, payload, policy)
+        lsn = self._new_run(st, wdef, payload, policy, deadline_ms)
         return st, lsn, True
 
     def _ack_lsn(self, st: WorkflowState) -> int:
         return st.lsns[-1] if st.lsns else 0
 
-    def _new_run(self, st: WorkflowState, wdef: WorkflowDef[Any, Any], payload: bytes, policy: int) -> int:
+    def _new_run(
+        self, st: WorkflowState, wdef: WorkflowDef[Any, Any], payload: bytes, policy: int, deadline_ms: int = 0
+    ) -> int:
         rid = self.new_run_id()
         start = rec.Start(
             run=rid,
@@ -378,7 +400,7 @@ class Runtime:
             version=wdef.version,
             codec=0,
             started_ms=self.env.now_ms(),
-            deadline_ms=0,
+            deadline_ms=deadline_ms,
             parent=st.parent,
             policy=policy,
             update=None,
@@ -410,12 +432,17 @@ class Runtime:
         """Starts the next run of a chain whose run ended with continue-as-new."""
         wdef = self.workflows.get(st.wtype)
         if wdef is None:
-            self.stuck[st.id] = f"workflow type '{st.wtype}' is not registered"
+            self.mark_stuck(st.id, UnknownWorkflow(
+                f"workflow type '{st.wtype}' is not registered: reopen the engine with it "
+                "in workflows=[...] to continue this run"
+            ))
             return
         journal, _ = self.journal_of(st)
         start = journal[0]
         policy = start.policy if isinstance(start, rec.Start) else 0
-        self._new_run(st, wdef, st.payload, policy)
+        # A chain's timeout spans its runs.
+        deadline = start.deadline_ms if isinstance(start, rec.Start) else 0
+        self._new_run(st, wdef, st.payload, policy, deadline)
 
     # --- run endings -----------------------------------------------------------
 
@@ -482,7 +509,22 @@ class Runtime:
             self.cancel(wid, reason, None)
 
     def on_stuck(self, run: Run, err: FuseeError) -> None:
-        self.stuck[run.workflow_id] = str(err)
+        self.mark_stuck(run.workflow_id, err)
+
+    def mark_stuck(self, wid: str, err: FuseeError) -> None:
+        """The run cannot go on with this code: say so, and fail its waiters at once.
+
+        Reopening the engine with fixed code (or the missing workflow) replays it again.
+        """
+        self.stuck[wid] = str(err)
+        self.stuck_errors[wid] = err
+        log.error("workflow %r is stuck: %s", wid, err)
+        st = self.wf.get(wid)
+        if st is not None and st.waiters:
+            for fut in st.waiters:
+                if not fut.done():
+                    fut.set_exception(err)
+            st.waiters = None
 
     # --- messages between runs ------------------------------------------------
 
@@ -591,22 +633,24 @@ class Runtime:
         return lsn if lsn is not None else run.machine.gate
 
     def cancel(self, wid: str, reason: str, by: bytes | None) -> int:
-        run = self.running_run(wid)
-        run.machine.request_cancel(reason.encode(), by)
-        run.pump()
-        return max(run.cancel_lsn, run.machine.gate)
+        return self.running_run(wid).request_cancel(reason.encode(), by)
 
     def terminate(self, wid: str, reason: str, by: bytes | None) -> int:
         st = self.current(wid)
         if not st.running:
             raise NotFound(f"workflow '{wid}' is not running")
+        return self.end_run(wid, rec.Status.TERMINATED, reason, by)
+
+    def end_run(self, wid: str, status: rec.Status, reason: str, by: bytes | None) -> int:
+        """Ends the current run at once with ``status``, without running more of its code."""
+        st = self.current(wid)
         run = st.run
         if run is None and st.packed is not None:
             st.journal, st.lsns = unpack(st.packed)
             st.packed = None
         done = rec.Done(
             run=st.run_id,
-            status=rec.Status.TERMINATED,
+            status=status,
             finished_ms=self.env.now_ms(),
             payload=reason.encode(),
             by=by,
@@ -616,6 +660,7 @@ class Runtime:
             run.finished = True
             lsn = run.append(done)
             self.stuck.pop(wid, None)
+            self.stuck_errors.pop(wid, None)
             self.on_run_done(run, done, lsn)
             return lsn
         # A stuck run (no code loaded) ends too.
@@ -623,6 +668,7 @@ class Runtime:
         st.journal.append(done)
         st.lsns.append(lsn)
         self.stuck.pop(wid, None)
+        self.stuck_errors.pop(wid, None)
         st.status, st.payload, st.done_lsn = done.status, done.payload, lsn
         self.spawn(self._after_done(st, st.run_id, lsn))
         return lsn
@@ -665,6 +711,9 @@ class Runtime:
         """Waits for the final, durable ending of ``wid``'s chain of runs."""
         st = self.current(wid)
         while not st.final:
+            err = self.stuck_errors.get(wid)
+            if err is not None:
+                raise err
             fut: asyncio.Future[None] = self.loop.create_future()
             if st.waiters is None:
                 st.waiters = []
@@ -694,9 +743,41 @@ class Runtime:
         except FuseeError:
             pass  # the log failed: callers see it; timers have nobody to tell
 
+    def arm_child_deadline(self, run: Run, seq: int, deadline_ms: int) -> None:
+        self._push(deadline_ms, CHILD_DEADLINE, run.workflow_id, run.run_id, seq)
+
+    def arm_run_deadline(self, run: Run, deadline_ms: int) -> None:
+        self._push(deadline_ms, RUN_DEADLINE, run.workflow_id, run.run_id)
+
+    def child_timed_out(self, run: Run, child: rec.Child, lsn: int) -> None:
+        """The parent's wait for ``child`` timed out: once that is durable, the child's close policy applies."""
+        ref = rec.ParentRef(id=run.workflow_id, run=run.run_id, seq=child.seq)
+        self.spawn(self._close_child_after(run.shard, lsn, ref, child))
+
+    async def _close_child_after(self, shard: int, lsn: int, ref: rec.ParentRef, child: rec.Child) -> None:
+        if lsn and not sabotage.active.ack_before_durable:
+            await self.wait_durable(shard, lsn)
+        self._send(self._close_child, ref, child)
+
+    def _close_child(self, ref: rec.ParentRef, child: rec.Child) -> None:
+        st = self.wf.get(child.id)
+        if st is None or not st.running or st.parent != ref:
+            return
+        policy = child.flags & rec.CLOSE_POLICY_MASK
+        reason = f"parent '{ref.id}' stopped waiting for it (timeout)"
+        if policy == rec.ClosePolicy.TERMINATE:
+            self._terminate_quiet(child.id, reason)
+        elif policy == rec.ClosePolicy.REQUEST_CANCEL:
+            self._cancel_quiet(child.id, reason)
+
     def _timer_event_for(self, kind: int, wid: str, run_id: int, seq: int, extra: int) -> None:
         st = self.wf.get(wid)
         if st is None or st.run_id != run_id:
+            return
+        if kind == RUN_DEADLINE:
+            if st.status is None:
+                log.info("workflow %r timed out", wid)
+                self.end_run(wid, rec.Status.TIMED_OUT, "the run did not finish within its timeout", None)
             return
         if kind == EXPIRE:
             if st.final and st.run is None:
@@ -725,6 +806,10 @@ class Runtime:
         m = run.machine
         if kind == FIRE:
             if m.complete(seq, jm.Fired()):
+                run.pump()
+        elif kind == CHILD_DEADLINE:
+            reason = b"the child did not finish within the parent's timeout"
+            if m.complete(seq, jm.ChildResult(rec.Status.TIMED_OUT, reason)):
                 run.pump()
         elif kind == DEADLINE:
             op = run.ops.get(seq)
@@ -794,6 +879,13 @@ class Runtime:
             for s, op in run.ops.items()
             if op.kind == 2 and run.wait_deadline.get(s, 0) > 0
         ]
+        due += [
+            run.children[s].deadline_ms
+            for s, op in run.ops.items()
+            if op.kind == 3 and s in run.children and run.children[s].deadline_ms > 0
+        ]
+        if run.machine.info.deadline_ms:
+            due.append(run.machine.info.deadline_ms)
         return min(due) if due else 0
 
     def park(self, st: WorkflowState) -> None:
@@ -817,6 +909,17 @@ class Runtime:
     def run_step(self, run: Run, seq: int, call: StepCall) -> None:
         """Runs a live step's function once its gate is durable and its time has come."""
         self.steps.run_step(run, seq, call)
+
+    def step_retried(self, run: Run, call: StepCall, error: BaseException, retry_at: int) -> None:
+        """A step's attempt failed: it runs again at ``retry_at`` (or waits for a resume)."""
+        if retry_at == rec.PAUSED:
+            log.warning("workflow %r: step %r paused after attempt %d failed (%s: %s); "
+                        "engine.resume(%r) retries it", run.workflow_id, call.name, call.attempt,
+                        type(error).__name__, error, run.workflow_id)
+        else:
+            log.info("workflow %r: step %r attempt %d failed (%s: %s); retrying",
+                     run.workflow_id, call.name, call.attempt - 1, type(error).__name__, error)
+        call.last_error = f"{type(error).__name__}: {error}"
 
     def on_durable(self, durable: list[int]) -> None:
         """The committer made more of the log durable."""

@@ -1,22 +1,30 @@
-"""Running step functions: gates, retries, timeouts, and the fast path without tasks.
+"""Running step functions: gates, retries, timeouts, cancellation, and the fast path without tasks.
 
 A step with effects starts only once its run's journal is durable through
 its gate. Steps wait in one gated list that each completed flush releases;
 a function that returns without suspending runs on the host loop's turn with
 no task of its own, and only one that suspends, must wait, or has a timeout
 gets a task.
+
+An execution is one call of a step's function, from the moment it is handed
+to the pool (or called) until its outcome is known. A run tracks its
+executions (``Run.executing``): a requested cancel waits for them to settle,
+no execution starts while a cancel is pending or the engine is closing, and a
+step never has two executions at once (a timed-out synchronous function is
+waited for before the next attempt).
 """
 
 from __future__ import annotations
 
 import asyncio
 import inspect
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from fusee import codec, sabotage
 from fusee.core import journal as jm
 from fusee.core import records as rec
-from fusee.errors import FuseeError, SerializationError
+from fusee.errors import SerializationError, StepTimeout
 from fusee.runtime.context import StepInfo
 from fusee.runtime.run import Run, StepCall
 
@@ -57,10 +65,6 @@ class _Continue:
                     return done.value
 
 
-class StepTimeout(FuseeError, TimeoutError):
-    """A step's function ran longer than its ``timeout``; the attempt counts as failed."""
-
-
 #: Steps a lone chain may start in a row before it lets the loop take a turn.
 _DIRECT_STREAK = 32
 
@@ -76,6 +80,14 @@ class StepRunner:
         #: Steps started in a row without a turn of the loop, and whether one is starting.
         self._streak = 0
         self._direct = False
+        #: Executions in progress in every run (closing waits for them).
+        self.executing = 0
+        self._idle: asyncio.Future[None] | None = None
+        #: Heartbeats: the latest not yet journaled, and the LSN of the last one journaled, per step.
+        self._hb_next: dict[tuple[Run, int], rec.Heartbeat] = {}
+        self._hb_lsn: dict[tuple[Run, int], int] = {}
+
+    # --- starting ----------------------------------------------------------------
 
     def run_step(self, run: Run, seq: int, call: StepCall) -> None:
         """Runs a live step's function once its gate is durable and its time has come."""
@@ -90,14 +102,15 @@ class StepRunner:
             self._gated.append((run, seq, call))
             self.rt.committer.request_flush()
             return
-        if self._streak < _DIRECT_STREAK and not self._direct:
+        if self._streak < _DIRECT_STREAK and not self._direct and not run.machine.is_replaying():
             # Its gate is durable now (a lone chain just flushed): run it at once,
             # sparing a turn of the loop (and its poll) per step.
             self._streak += 1
             self._run_now(run, seq, call)
             return
         # Every so many steps the function waits for the loop's next turn, so a
-        # long chain never keeps the loop from other work.
+        # long chain never keeps the loop from other work. During replay it
+        # waits too: a cancel further on in the journal may still cover it.
         self._streak = 0
         self.rt.loop.call_soon(self._start_step, run, seq, call)
 
@@ -115,7 +128,7 @@ class StepRunner:
 
     def on_durable(self, durable: list[int]) -> None:
         """The committer made more of the log durable (called from inside it: defer the work)."""
-        if self._gated and not self._release_scheduled:
+        if (self._gated or self._hb_next) and not self._release_scheduled:
             self._release_scheduled = True
             self.rt.loop.call_soon(self._release_gated)
 
@@ -124,6 +137,8 @@ class StepRunner:
         if self.rt.closed:
             return
         durable = self.rt.log.durable_lsns()
+        if self._hb_next:
+            self._journal_heartbeats(durable)
         ready: list[tuple[Run, int, StepCall]] = []
         waiting: list[tuple[Run, int, StepCall]] = []
         for item in self._gated:
@@ -134,15 +149,46 @@ class StepRunner:
         for run, seq, call in ready:
             self._start_step(run, seq, call)
 
+    def may_start(self, run: Run, seq: int) -> bool:
+        """Whether an execution of step ``seq`` may begin now."""
+        if run.dead or self.rt.closed or self.rt.closing or not run.machine.step_pending(seq):
+            return False
+        if seq in run.executing:
+            return False  # one execution of a step at a time
+        return not run.cancel_pending or sabotage.active.step_after_cancel
+
+    def _begin(self, run: Run, seq: int, task: asyncio.Task[Any] | None) -> None:
+        run.executing[seq] = task
+        self.executing += 1
+
+    def _settle(self, run: Run, seq: int) -> None:
+        """An execution's outcome is known (and, if it has one, handed to the machine)."""
+        if run.executing.pop(seq, ...) is ...:
+            return
+        self.executing -= 1
+        self._hb_next.pop((run, seq), None)
+        self._hb_lsn.pop((run, seq), None)
+        run.deliver_cancel_if_settled()
+        if self.executing == 0 and self._idle is not None and not self._idle.done():
+            self._idle.set_result(None)
+
+    async def wait_idle(self) -> None:
+        """Returns once no step function runs anywhere (new ones are not started while closing)."""
+        while self.executing:
+            if self._idle is None or self._idle.done():
+                self._idle = self.rt.loop.create_future()
+            await self._idle
+
     def _start_step(self, run: Run, seq: int, call: StepCall) -> None:
         """Runs the function now; only one that suspends (or must wait, or has a timeout) gets a task."""
         if (call.not_before > 0 and call.not_before > self.rt.env.now_ms()) or call.timeout_s is not None:
-            self.rt.spawn(self._step(run, seq, call))
+            if self.may_start(run, seq):
+                self.rt.spawn(self._step(run, seq, call))
             return
-        m = run.machine
-        if run.dead or self.rt.closed or not m.step_pending(seq):
+        if not self.may_start(run, seq):
             return
         args = self._step_args(run, seq, call, call.attempt)
+        self._begin(run, seq, None)
         try:
             if call.is_async:
                 coro = call.fn(*args)
@@ -152,39 +198,78 @@ class StepRunner:
                     value = done.value
                 else:
                     # It suspended: a task carries it on from where it is.
-                    self.rt.spawn(self._step(run, seq, call, _Continue(coro, yielded)))
+                    self._carry(run, seq, call, _Continue(coro, yielded))
                     return
             elif self.rt.env.inline_sync_steps:
                 value = call.fn(*args)
                 if inspect.isawaitable(value):
-                    self.rt.spawn(self._step(run, seq, call, value))
+                    self._carry(run, seq, call, value)
                     return
             else:
-                self.rt.spawn(self._step(run, seq, call, self.rt.env.run_blocking(lambda: call.fn(*args))))
+                self.rt.spawn(self._step(run, seq, call, self._in_pool(run, call.fn, args)))
                 return
         except Exception as e:
             self.rt.spawn(self._step(run, seq, call, e))
             return
         self._step_result(run, seq, value)
 
+    def _carry(self, run: Run, seq: int, call: StepCall, awaitable: Any) -> None:
+        """Hands a suspended async execution to a task, which a cancel of the run may interrupt."""
+        task = self.rt.spawn(self._step(run, seq, call, awaitable))
+        if seq in run.executing:
+            run.executing[seq] = task
+            task.add_done_callback(lambda t: self._carrier_done(run, seq, t))
+
+    def _carrier_done(self, run: Run, seq: int, task: asyncio.Task[Any]) -> None:
+        # A task cancelled before it began never ran its own settling code.
+        if run.executing.get(seq) is task:
+            self._settle(run, seq)
+
+    def _in_pool(self, run: Run, fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+        """Runs a synchronous function in the step pool, unless a cancel came first.
+
+        The pool may hold it back for a while (every thread busy): the check
+        happens when a thread takes it, so no execution begins after a cancel.
+        """
+
+        def call() -> Any:
+            if run.cancel_pending and not sabotage.active.step_after_cancel:
+                raise _NotStarted()
+            if self.rt.closing:
+                raise _NotStarted()
+            return fn(*args)
+
+        return self.rt.env.run_step(call)
+
+    # --- outcomes ------------------------------------------------------------------
+
     def _step_result(self, run: Run, seq: int, value: Any) -> None:
         m = run.machine
         if run.dead or self.rt.closed or not m.step_pending(seq):
+            self._settle(run, seq)
             return
         try:
             status, payload = rec.Status.OK, codec.encode(value)
         except SerializationError as e:
             status, payload = rec.Status.FAILED, codec.encode_error(e, traceback=self.rt.tracebacks)
+        self._complete(run, seq, status, payload)
+
+    def _complete(self, run: Run, seq: int, status: rec.Status, payload: bytes) -> None:
+        """Journals the step's outcome (delivered before any cancel waiting for it), then settles."""
         self.rt.stats["steps"] += 1
         run.steps.pop(seq, None)
-        if m.complete(seq, jm.StepDone(status, payload)):
+        if run.machine.complete(seq, jm.StepDone(status, payload)):
             run.pump()
+        self._settle(run, seq)
+
+    def _cancelled_by_run(self, run: Run) -> bool:
+        return run.cancel_pending and not run.dead and not self.rt.closed
 
     async def _step(self, run: Run, seq: int, call: StepCall, first: Any = None) -> None:
         """A step's attempts with retries, timeouts and waits.
 
-        ``first`` is how the first attempt already began: an exception it
-        raised, or an awaitable carrying it on.
+        ``first`` is how the first attempt already began (its execution is
+        counted): an exception it raised, or an awaitable carrying it on.
         """
         m = run.machine
         env = self.rt.env
@@ -195,8 +280,9 @@ class StepRunner:
                 wait_ms = call.not_before - env.now_ms()
                 if wait_ms > 0 and call.not_before != rec.PAUSED:
                     await asyncio.sleep(wait_ms / 1000)
-                if run.dead or self.rt.closed or not m.step_pending(seq):
+                if not self.may_start(run, seq):
                     return
+                self._begin(run, seq, asyncio.current_task() if call.is_async else None)
             attempt = call.attempt
             try:
                 if first is None:
@@ -205,9 +291,32 @@ class StepRunner:
                     raise first
                 else:
                     value = await first
+                    if inspect.isawaitable(value):
+                        # A synchronous callable that returned an awaitable (``lambda: fetch(url)``).
+                        if seq in run.executing:
+                            run.executing[seq] = asyncio.current_task()
+                        value = await value
+            except asyncio.CancelledError:
+                if not self._cancelled_by_run(run):
+                    self._settle(run, seq)
+                    raise  # the engine is closing
+                # The run's cancel interrupted the function: that is its outcome.
+                if m.step_pending(seq):
+                    self._complete(run, seq, rec.Status.CANCELLED, run.cancel_reason())
+                else:
+                    self._settle(run, seq)
+                return
+            except _NotStarted:
+                self._settle(run, seq)  # a cancel (or close) came before a thread took it
+                return
             except Exception as e:
                 first = None
                 if run.dead or self.rt.closed or not m.step_pending(seq):
+                    self._settle(run, seq)
+                    return
+                if run.cancel_pending:
+                    # No new attempt after a cancel: the step stays pending and the cancel covers it.
+                    self._settle(run, seq)
                     return
                 err = codec.encode_error(e, traceback=self.rt.tracebacks)
                 retry = call.retry
@@ -215,24 +324,24 @@ class StepRunner:
                     retry_at = env.now_ms() + retry.delay_ms(attempt, env.rng.random())
                     r = m.step_retry(seq, retry_at, err)
                     if r is None:
+                        self._settle(run, seq)
                         return
                     call.gate = run.append(r)
                     call.attempt = attempt + 1
                     call.not_before = retry_at
+                    self.rt.step_retried(run, call, e, retry_at)
+                    self._settle(run, seq)
                     continue
                 if retry.pause_when_exhausted and not isinstance(e, retry.non_retryable):
                     r = m.step_retry(seq, rec.PAUSED, err)
                     if r is not None:
                         call.not_before = rec.PAUSED
                         run.append(r)
+                        self.rt.step_retried(run, call, e, rec.PAUSED)
                         run.pump()
+                    self._settle(run, seq)
                     return
-                if run.dead or self.rt.closed or not m.step_pending(seq):
-                    return
-                self.rt.stats["steps"] += 1
-                run.steps.pop(seq, None)
-                if m.complete(seq, jm.StepDone(rec.Status.FAILED, err)):
-                    run.pump()
+                self._complete(run, seq, rec.Status.FAILED, err)
                 return
             self._step_result(run, seq, value)
             return
@@ -250,6 +359,7 @@ class StepRunner:
             run.run_id,
             progress,
             lambda p: self._heartbeat(run, seq, p),
+            lambda: run.cancel_pending,
         )
         return (info,)
 
@@ -267,21 +377,71 @@ class StepRunner:
         if self.rt.env.inline_sync_steps:
             result = fn(*args)
         else:
-            fut = self.rt.env.run_blocking(lambda: fn(*args))
+            fut = self._in_pool(run, fn, args)
             if call.timeout_s is None:
                 result = await fut
             else:
                 try:
-                    result = await asyncio.wait_for(fut, call.timeout_s)
+                    result = await asyncio.wait_for(asyncio.shield(fut), call.timeout_s)
+                except TimeoutError:
+                    # A thread cannot be interrupted: the attempt has failed, and the
+                    # next one waits until this one returned (one execution at a time).
+                    try:
+                        await fut
+                    except Exception:
+                        pass
+                    raise StepTimeout(
+                        f"step '{call.name}' took longer than {call.timeout_s}s "
+                        "(its function ran to its end; the result was discarded)"
+                    ) from None
+        if inspect.isawaitable(result):
+            if seq in run.executing:
+                run.executing[seq] = asyncio.current_task()
+            if call.timeout_s is None:
+                result = await result
+            else:
+                try:
+                    result = await asyncio.wait_for(result, call.timeout_s)
                 except TimeoutError:
                     raise StepTimeout(f"step '{call.name}' took longer than {call.timeout_s}s") from None
-        if inspect.isawaitable(result):
-            result = await result
         return result
 
+    # --- heartbeats ---------------------------------------------------------------
+
     def _heartbeat(self, run: Run, seq: int, progress: Any) -> None:
-        if run.dead or self.rt.closed:
+        payload = codec.encode(progress)
+        if asyncio.events._get_running_loop() is not self.rt.loop:
+            # From a step function's thread: the journal is the loop's alone.
+            self.rt.loop.call_soon_threadsafe(self._heartbeat_on_loop, run, seq, payload)
             return
-        r = run.machine.heartbeat(seq, codec.encode(progress))
-        if r is not None:
-            run.append(r)
+        self._heartbeat_on_loop(run, seq, payload)
+
+    def _heartbeat_on_loop(self, run: Run, seq: int, payload: bytes) -> None:
+        if run.dead or self.rt.closed or seq not in run.executing:
+            return
+        r = run.machine.heartbeat(seq, payload)
+        if r is None:
+            return
+        key = (run, seq)
+        lsn = self._hb_lsn.get(key)
+        if lsn is not None and lsn > self.rt.log.durable(run.shard):
+            # The last one is not durable yet: only the latest of this flush is journaled.
+            self._hb_next[key] = r
+            return
+        self._hb_lsn[key] = run.append(r)
+        self.rt.flush_soon()
+
+    def _journal_heartbeats(self, durable: list[int]) -> None:
+        for key, r in list(self._hb_next.items()):
+            run, seq = key
+            if self._hb_lsn.get(key, 0) > durable[run.shard]:
+                continue
+            del self._hb_next[key]
+            if run.dead or seq not in run.executing:
+                continue
+            self._hb_lsn[key] = run.append(r)
+        self.rt.flush_soon()
+
+
+class _NotStarted(Exception):
+    """A queued synchronous execution found a cancel (or a closing engine) when a thread took it."""

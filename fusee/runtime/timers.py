@@ -13,7 +13,7 @@ import heapq
 from collections.abc import Callable
 
 # What an entry asks for when it comes due.
-FIRE, DEADLINE, WAKE, PARK, EXPIRE = range(5)
+FIRE, DEADLINE, WAKE, PARK, EXPIRE, CHILD_DEADLINE, RUN_DEADLINE = range(7)
 
 #: (due ms, kind, workflow ID, run ID, position, extra)
 Entry = tuple[int, int, str, int, int, int]

@@ -28,7 +28,7 @@ class ThreadsForbidden(RuntimeError):
     """Something tried to use a thread (an executor) inside a simulated run.
 
     Threads make a run depend on the OS scheduler, so a seed would no longer
-    reproduce. Route blocking work through the Env's ``run_blocking`` instead.
+    reproduce. Route blocking work through the Env's ``run_io`` instead.
     """
 
 
@@ -187,7 +187,7 @@ class SimLoop(asyncio.BaseEventLoop):
     def run_in_executor(self, executor: Any, func: Callable[..., T], *args: Any) -> asyncio.Future[T]:  # type: ignore[override]
         raise ThreadsForbidden(
             f"run_in_executor({func!r}) in a simulated run: threads make seeds irreproducible; "
-            "use the Env's run_blocking instead"
+            "use the Env's run_io instead"
         )
 
     def set_default_executor(self, executor: Any) -> None:

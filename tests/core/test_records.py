@@ -49,6 +49,7 @@ SAMPLES: list[r.Record] = [
     r.Attributes(run=7, seq=11, payload=b"{}"),
     r.Chunk(run=7, seq=r.WORKFLOW, attempt=0, stream="tokens", offset=0, payload=b"a"),
     r.StreamEnd(run=7, seq=12, stream="tokens", chunks=3, status=r.Status.OK),
+    r.CancelRequest(run=7, reason=b"customer asked", by=b"alice"),
 ]
 
 

@@ -138,7 +138,7 @@ def test_sim_env_clock_io_and_withheld_results() -> None:
     calls: list[float] = []
 
     async def main() -> int:
-        return await env.run_blocking(lambda: calls.append(loop.time()) or 42)
+        return await env.run_io(lambda: calls.append(loop.time()) or 42)
 
     assert loop.run_until_complete(main()) == 42
     assert calls == [2.003]
@@ -146,13 +146,13 @@ def test_sim_env_clock_io_and_withheld_results() -> None:
     async def failing() -> None:
         def boom() -> None:
             raise OSError("fsync failed")
-        await env.run_blocking(boom)
+        await env.run_io(boom)
 
     with pytest.raises(OSError, match="fsync failed"):
         loop.run_until_complete(failing())
 
     withhold[0] = True
-    fut = env.run_blocking(lambda: calls.append(loop.time()))
+    fut = env.run_io(lambda: calls.append(loop.time()))
     loop.run_until(loop.time() + 1.0)
     assert len(calls) == 2  # the I/O happened...
     assert not fut.done()  # ...but its caller never hears of it

@@ -1,0 +1,426 @@
+"""What users hit in the default configuration: cancels during steps, closes with
+steps in flight, calls from other threads, timeouts, step functions as users write them."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import fusee
+from fusee.core import records as rec
+from tests.helpers import until
+
+# --- the flush and acknowledgements never wait for step work -----------------------
+
+
+async def test_acknowledgements_do_not_queue_behind_a_saturated_step_pool() -> None:
+    release = threading.Event()
+    go = fusee.signal("go", int)
+
+    def blocked(info: fusee.StepInfo) -> str:
+        release.wait(30)
+        return info.key
+
+    @fusee.workflow("busy")
+    async def busy(ctx: fusee.Ctx) -> list[str]:
+        return list(await asyncio.gather(*(ctx.step(f"b{i}", blocked) for i in range(4))))
+
+    @fusee.workflow("listener")
+    async def listener(ctx: fusee.Ctx) -> int:
+        return int(await ctx.wait_for(go) or 0)
+
+    async with fusee.Engine.open(workflows=[busy, listener], step_threads=2) as engine:
+        h = await engine.start(busy, "busy-1")
+        await engine.start(listener, "l-1")
+        # Every step thread is blocked; starts and signals are still acknowledged at once.
+        for i in range(20):
+            await asyncio.wait_for(engine.start(listener, f"l-{i + 2}"), 5)
+        await asyncio.wait_for(engine.signal("l-1", go, 7), 5)
+        assert await asyncio.wait_for(engine.get("l-1").result(), 5) == 7
+        release.set()
+        assert len(await h.result()) == 4
+
+
+# --- cancellation waits for running steps ---------------------------------------------
+
+
+async def test_cancel_during_a_sync_step_compensates_after_the_effect() -> None:
+    events: list[str] = []
+    release = threading.Event()
+    saw_cancel: list[bool] = []
+
+    def charge(info: fusee.StepInfo) -> str:
+        events.append("begin charge")
+        release.wait(30)
+        saw_cancel.append(info.cancel_requested)
+        events.append("charged")
+        return "receipt-1"
+
+    def refund() -> str:
+        events.append("refund")
+        return "refunded"
+
+    @fusee.workflow("saga")
+    async def saga(ctx: fusee.Ctx) -> str:
+        receipt = None
+        try:
+            receipt = await ctx.step("charge", charge)
+            await ctx.sleep("ship", "1h")
+            return "shipped"
+        except fusee.Cancelled:
+            events.append(f"compensating {receipt}")
+            await ctx.step("refund", refund)
+            raise
+
+    async with fusee.Engine.open(workflows=[saga]) as engine:
+        h = await engine.start(saga, "saga-1")
+        await until(lambda: events == ["begin charge"])
+        await engine.cancel("saga-1", "changed my mind")  # durable when it returns
+        await asyncio.sleep(0.05)
+        assert events == ["begin charge"], "compensation ran before the effect it compensates"
+        release.set()
+        with pytest.raises(fusee.WorkflowCancelled):
+            await h.result()
+        # The charge's result reached the code before Cancelled: it compensates knowingly.
+        assert events == ["begin charge", "charged", "compensating receipt-1", "refund"]
+        assert saw_cancel == [True]
+        kinds = [type(r).__name__ for r in await engine.journal("saga-1")]
+        assert kinds.index("CancelRequest") < kinds.index("Step") < kinds.index("Cancel")
+
+
+async def test_cancel_interrupts_an_async_step_and_journals_it_cancelled() -> None:
+    began = asyncio.Event()
+
+    async def slow() -> str:
+        began.set()
+        await asyncio.sleep(3600)
+        return "never"
+
+    async def polite() -> str:
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            return "stopped cleanly"  # the function may finish its effect and return
+        return "never"
+
+    seen: list[Any] = []
+
+    @fusee.workflow("interrupted")
+    async def interrupted(ctx: fusee.Ctx) -> str:
+        try:
+            await ctx.step("slow", slow)
+        except fusee.Cancelled:
+            seen.append("slow cancelled")
+            raise
+        return "done"
+
+    @fusee.workflow("polite_wf")
+    async def polite_wf(ctx: fusee.Ctx) -> str:
+        v = await ctx.step("polite", polite)
+        seen.append(v)
+        await ctx.sleep("after", "1h")  # the cancel lands here
+        return str(v)
+
+    async with fusee.Engine.open(workflows=[interrupted, polite_wf]) as engine:
+        h = await engine.start(interrupted, "i-1")
+        await began.wait()
+        await engine.cancel("i-1")
+        with pytest.raises(fusee.WorkflowCancelled):
+            await h.result()
+        assert seen == ["slow cancelled"]
+        steps = [r for r in await engine.journal("i-1") if isinstance(r, rec.Step)]
+        assert [s.status for s in steps] == [rec.Status.CANCELLED]
+
+        h2 = await engine.start(polite_wf, "p-1")
+        await until(lambda: engine._rt.wf["p-1"].run is not None and bool(engine._rt.wf["p-1"].run.executing))
+        await engine.cancel("p-1")
+        with pytest.raises(fusee.WorkflowCancelled):
+            await h2.result()
+        assert seen[-1] == "stopped cleanly"
+
+
+async def test_steps_not_yet_started_never_start_after_a_cancel() -> None:
+    started: list[str] = []
+    release = threading.Event()
+
+    def work(info: fusee.StepInfo) -> str:
+        started.append(info.name)
+        release.wait(30)
+        return info.name
+
+    @fusee.workflow("fan")
+    async def fan(ctx: fusee.Ctx) -> list[str]:
+        try:
+            return list(await asyncio.gather(*(ctx.step(f"w{i}", work) for i in range(10))))
+        except fusee.Cancelled:
+            return ["cancelled"]
+
+    async with fusee.Engine.open(workflows=[fan], step_threads=2) as engine:
+        h = await engine.start(fan, "fan-1")
+        await until(lambda: len(started) == 2)
+        await engine.cancel("fan-1")
+        release.set()
+        assert await h.result() == ["cancelled"]
+        # Only the two functions that held a thread ran; eight queued ones never began.
+        assert sorted(started) == ["w0", "w1"]
+
+
+# --- close waits for running steps -------------------------------------------------------
+
+
+async def test_close_waits_for_running_steps_and_records_them(tmp_path: Path) -> None:
+    calls: list[str] = []
+
+    def slow(info: fusee.StepInfo) -> str:
+        calls.append(info.key)
+        time.sleep(0.3)
+        return "made"
+
+    @fusee.workflow("slowpoke")
+    async def slowpoke(ctx: fusee.Ctx) -> str:
+        v = await ctx.step("slow", slow)
+        await ctx.sleep("rest", "50ms")
+        return str(v)
+
+    engine = await fusee.Engine.open(tmp_path, workflows=[slowpoke])
+    await engine.start(slowpoke, "s-1")
+    await until(lambda: len(calls) == 1)
+    closing = asyncio.ensure_future(engine.close())
+    await asyncio.sleep(0)
+    with pytest.raises(fusee.EngineClosed):
+        await engine.start(slowpoke, "s-2")  # calls during close are refused
+    await closing
+    async with fusee.Engine.open(tmp_path, workflows=[slowpoke]) as engine:
+        assert await engine.get("s-1").result() == "made"
+    assert len(calls) == 1, "a step finished during close ran again at the next open"
+
+
+async def test_close_grace_bounds_the_wait(tmp_path: Path) -> None:
+    release = threading.Event()
+
+    def stuck() -> str:
+        release.wait(30)
+        return "late"
+
+    @fusee.workflow("long_step")
+    async def long_step(ctx: fusee.Ctx) -> str:
+        return str(await ctx.step("stuck", stuck))
+
+    engine = await fusee.Engine.open(tmp_path, workflows=[long_step])
+    await engine.start(long_step, "l-1")
+    await asyncio.sleep(0.05)
+    t0 = time.monotonic()
+    await engine.close(grace=0.1)
+    assert time.monotonic() - t0 < 5
+    release.set()
+
+
+# --- calls from other threads ----------------------------------------------------------------
+
+
+async def test_a_call_from_another_threads_loop_is_refused_before_anything_is_recorded() -> None:
+    go = fusee.signal("go", int)
+
+    @fusee.workflow("waiter")
+    async def waiter(ctx: fusee.Ctx) -> int:
+        return int(await ctx.wait_for(go) or 0)
+
+    async with fusee.Engine.open(workflows=[waiter]) as engine:
+        h = await engine.start(waiter, "w-1")
+        before = len(await engine.journal("w-1"))
+        errors: list[BaseException] = []
+
+        def other_thread() -> None:
+            try:
+                asyncio.run(engine.signal("w-1", go, 1))
+            except BaseException as e:
+                errors.append(e)
+
+        t = threading.Thread(target=other_thread)
+        t.start()
+        await asyncio.get_running_loop().run_in_executor(None, t.join)
+        assert len(errors) == 1 and isinstance(errors[0], fusee.WrongEventLoop)
+        assert "run_threadsafe" in str(errors[0])
+        assert len(await engine.journal("w-1")) == before
+
+        # The documented way works and the run goes on.
+        def signal_properly() -> None:
+            engine.run_threadsafe(engine.signal, "w-1", go, 5, timeout=10)
+
+        await asyncio.get_running_loop().run_in_executor(None, signal_properly)
+        assert await h.result() == 5
+        with pytest.raises(fusee.WrongEventLoop):
+            engine.run_threadsafe(engine.signal, "w-1", go, 5)
+
+
+# --- timeouts ------------------------------------------------------------------------------------
+
+
+async def test_a_sync_steps_timeout_never_overlaps_attempts() -> None:
+    running = 0
+    most = 0
+    lock = threading.Lock()
+
+    def slow() -> str:
+        nonlocal running, most
+        with lock:
+            running += 1
+            most = max(most, running)
+        time.sleep(0.15)
+        with lock:
+            running -= 1
+        return "late"
+
+    @fusee.workflow("timed")
+    async def timed(ctx: fusee.Ctx) -> str:
+        try:
+            return str(await ctx.step("slow", slow, timeout="50ms",
+                                      retry=fusee.Retry(attempts=4, initial="1ms")))
+        except fusee.StepFailed as e:
+            return f"failed: {e}"
+
+    async with fusee.Engine.open(workflows=[timed]) as engine:
+        out = await engine.execute(timed, "t-1")
+    assert out.startswith("failed") and "StepTimeout" in out
+    assert most == 1, f"{most} executions of one step ran at once"
+
+
+async def test_child_timeout_is_enforced_and_the_close_policy_applies() -> None:
+    never = fusee.signal("never", int)
+
+    @fusee.workflow("slow_child")
+    async def slow_child(ctx: fusee.Ctx) -> int:
+        return int(await ctx.wait_for(never) or 0)
+
+    @fusee.workflow("impatient")
+    async def impatient(ctx: fusee.Ctx) -> str:
+        try:
+            await ctx.child(slow_child, "kid-1", timeout="50ms")
+        except fusee.WorkflowTimedOut as e:
+            return f"gave up: {e}"
+        return "got it"
+
+    async with fusee.Engine.open(workflows=[impatient, slow_child]) as engine:
+        t0 = time.monotonic()
+        out = await engine.execute(impatient, "parent-1")
+        assert out.startswith("gave up")
+        assert time.monotonic() - t0 < 5
+        with pytest.raises(fusee.WorkflowTerminated):
+            await engine.get("kid-1").result()
+
+
+async def test_child_timeout_survives_a_reopen(tmp_path: Path) -> None:
+    never = fusee.signal("never", int)
+
+    @fusee.workflow("slow_child")
+    async def slow_child(ctx: fusee.Ctx) -> int:
+        return int(await ctx.wait_for(never) or 0)
+
+    @fusee.workflow("impatient")
+    async def impatient(ctx: fusee.Ctx) -> str:
+        try:
+            await ctx.child(slow_child, "kid-1", timeout="300ms", close_policy="request_cancel")
+        except fusee.WorkflowTimedOut:
+            return "gave up"
+        return "got it"
+
+    async with fusee.Engine.open(tmp_path, workflows=[impatient, slow_child]) as engine:
+        await engine.start(impatient, "parent-1")
+        await until(lambda: any(r.workflow_id == "kid-1" for r in engine.runs()))
+    await asyncio.sleep(0.4)  # the deadline passes while no engine runs
+    async with fusee.Engine.open(tmp_path, workflows=[impatient, slow_child]) as engine:
+        assert await engine.get("parent-1").result() == "gave up"
+        with pytest.raises(fusee.WorkflowCancelled):
+            await engine.get("kid-1").result()
+
+
+async def test_run_timeout_ends_the_run_timed_out(tmp_path: Path) -> None:
+    never = fusee.signal("never", int)
+
+    @fusee.workflow("forever")
+    async def forever(ctx: fusee.Ctx) -> int:
+        return int(await ctx.wait_for(never) or 0)
+
+    async with fusee.Engine.open(tmp_path, workflows=[forever]) as engine:
+        with pytest.raises(fusee.WorkflowTimedOut):
+            await engine.execute(forever, "f-1", timeout="50ms")
+        await engine.start(forever, "f-2", timeout="300ms")
+    await asyncio.sleep(0.35)
+    async with fusee.Engine.open(tmp_path, workflows=[forever]) as engine:
+        with pytest.raises(fusee.WorkflowTimedOut):
+            await engine.get("f-2").result()
+        assert engine.describe("f-2").status == "timed_out"
+
+
+# --- step functions as users write them ----------------------------------------------------------
+
+
+async def test_a_defaulted_parameter_is_left_to_its_default() -> None:
+    async def fetch(i: int) -> int:
+        await asyncio.sleep(0)
+        return i * 10
+
+    @fusee.workflow("captures")
+    async def captures(ctx: fusee.Ctx) -> list[int]:
+        out = []
+        for i in range(3):
+            out.append(await ctx.step(f"double-{i}", lambda i=i: i * 2))
+        # A sync callable returning an awaitable is awaited, in the default mode too.
+        out.append(await ctx.step("fetch", lambda: fetch(4)))
+        info_key = await ctx.step("info", lambda info: info.key)
+        out.append(int(len(info_key) > 0))
+        return out
+
+    async with fusee.Engine.open(workflows=[captures]) as engine:
+        assert await engine.execute(captures, "c-1") == [0, 2, 4, 40, 1]
+
+
+# --- stuck runs -------------------------------------------------------------------------------------
+
+
+async def test_waiters_of_a_stuck_run_get_its_error_at_once() -> None:
+    @fusee.workflow("naughty")
+    async def naughty(ctx: fusee.Ctx) -> int:
+        await ctx.step("a", lambda: 1)
+        await asyncio.sleep(0.01)  # not allowed in workflow code: the run is stuck
+        return 2
+
+    async with fusee.Engine.open(workflows=[naughty]) as engine:
+        with pytest.raises(fusee.FuseeError) as e:
+            await asyncio.wait_for(engine.execute(naughty, "n-1"), 10)
+        assert "n-1" in engine.stuck()
+        assert str(e.value) == engine.stuck()["n-1"]
+        with pytest.raises(fusee.FuseeError):
+            await asyncio.wait_for(engine.get("n-1").result(), 10)
+
+
+# --- heartbeats and describe ------------------------------------------------------------------------
+
+
+async def test_heartbeats_from_a_thread_coalesce_and_the_latest_survives() -> None:
+    attempts: list[Any] = []
+
+    def crunch(info: fusee.StepInfo) -> int:
+        attempts.append(info.progress)
+        start = info.progress or 0
+        for i in range(start, 2000):
+            info.heartbeat(i)
+        if len(attempts) == 1:
+            time.sleep(0.05)  # let the last heartbeat reach the journal
+            raise RuntimeError("worker lost")
+        return 2000
+
+    @fusee.workflow("cruncher")
+    async def cruncher(ctx: fusee.Ctx) -> int:
+        return int(await ctx.step("crunch", crunch, retry=fusee.Retry(attempts=2, initial="1ms")))
+
+    async with fusee.Engine.open(workflows=[cruncher]) as engine:
+        assert await engine.execute(cruncher, "c-1") == 2000
+        beats = [r for r in await engine.journal("c-1") if isinstance(r, rec.Heartbeat)]
+    assert attempts[0] is None and attempts[1] == 1999
+    assert 1 <= len(beats) < 1000, f"{len(beats)} heartbeat records for 2000 calls"

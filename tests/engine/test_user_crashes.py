@@ -1,0 +1,90 @@
+"""Users' programs in their default configuration, killed with SIGKILL and reopened."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+APP = Path(__file__).with_name("user_app.py")
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def start(d: Path, mode: str, **env: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, str(APP), str(d), mode],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=str(ROOT), **env),
+    )
+
+
+def finish(p: subprocess.Popen[str], timeout: float = 120) -> list[dict[str, Any]]:
+    out, err = p.communicate(timeout=timeout)
+    assert p.returncode == 0, f"exit {p.returncode}\n{err}"
+    return [json.loads(line) for line in out.splitlines() if line.strip()]
+
+
+def ledger(d: Path) -> list[str]:
+    f = d / "ledger.txt"
+    return f.read_text().splitlines() if f.exists() else []
+
+
+def wait_for(cond: Any, p: subprocess.Popen[str], timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if p.poll() is not None:
+            raise AssertionError(f"the app exited early: {p.communicate()}")
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached in time")
+        time.sleep(0.01)
+
+
+def test_blocking_steps_do_not_starve_the_flush(tmp_path: Path) -> None:
+    """Finished step results become durable while the step pool is saturated."""
+    p = start(tmp_path, "etl")
+    wait_for(lambda: len(ledger(tmp_path)) >= 200, p)
+    finished_early = {line.split()[1] for line in ledger(tmp_path)}
+    # Let the pool keep working for a good while (many flush intervals) before the kill.
+    target = len(finished_early) + 400
+    wait_for(lambda: len(ledger(tmp_path)) >= target, p)
+    p.send_signal(signal.SIGKILL)
+    p.communicate(timeout=60)
+    first_life = len(ledger(tmp_path))
+    assert first_life < 2000, "the run finished before the kill: make it longer"
+
+    out = finish(start(tmp_path, "etl"))
+    assert out[-1]["result"] > 0
+    runs: dict[str, int] = {}
+    for line in ledger(tmp_path):
+        key = line.split()[1]
+        runs[key] = runs.get(key, 0) + 1
+    assert len(runs) == 2000
+    rerun = sorted(k for k in finished_early if runs[k] > 1)
+    assert not rerun, f"{len(rerun)} of {len(finished_early)} steps finished long before the crash ran again"
+
+
+def test_cancel_then_crash_never_restarts_the_covered_step(tmp_path: Path) -> None:
+    """A durable cancel covers the step that was running: after a crash it is not run again;
+    the code sees Cancelled there and compensates."""
+    p = start(tmp_path, "saga")
+    assert p.stdout is not None
+    line = p.stdout.readline()
+    assert json.loads(line) == {"cancel_acked": True}, p.stderr.read() if p.stderr else ""
+    p.send_signal(signal.SIGKILL)
+    p.communicate(timeout=60)
+    before = ledger(tmp_path)
+    assert [x.split()[0] for x in before] == ["begin"]
+
+    out = finish(start(tmp_path, "saga-resume"))
+    assert "cancelled" in out[-1], out
+    after = ledger(tmp_path)
+    kinds = [x.split()[0] for x in after]
+    assert kinds.count("begin") == 1, f"the charge started again after a durable cancel: {after}"
+    assert kinds == ["begin", "refund"], after

@@ -1,0 +1,116 @@
+"""Programs written the way users write them, run as real processes and SIGKILLed.
+
+Usage: python user_app.py DIR MODE
+
+Step functions append lines to DIR/ledger.txt (the page cache survives a
+process kill), so the test sees which functions began and ended, and in what
+order, across lives. Engines run with their default options.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+import time
+from typing import Any
+
+import fusee
+
+DIR = sys.argv[1]
+MODE = sys.argv[2]
+LEDGER = os.path.join(DIR, "ledger.txt")
+
+
+def ledger(line: str) -> None:
+    # O_APPEND writes of one line each: lines from pool threads never interleave.
+    fd = os.open(LEDGER, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, (line + "\n").encode())
+    finally:
+        os.close(fd)
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path) as f:
+            return f.read()
+    except FileNotFoundError:
+        return ""
+
+
+def emit(**kw: Any) -> None:
+    print(json.dumps(kw), flush=True)
+
+
+# --- an ETL fan-out with blocking steps ----------------------------------------
+
+
+def extract(info: fusee.StepInfo) -> int:
+    time.sleep(0.01)  # a blocking call, as in a requests/DB-API client
+    ledger(f"done {info.key}")
+    return len(info.key)
+
+
+@fusee.workflow("etl")
+async def etl(ctx: fusee.Ctx, n: int) -> int:
+    parts = await asyncio.gather(*(ctx.step(f"extract-{i}", extract) for i in range(n)))
+    return sum(parts)
+
+
+# --- a saga whose charge is slow --------------------------------------------------
+
+
+def charge(info: fusee.StepInfo) -> str:
+    ledger(f"begin charge {info.key}")
+    # Slow payment provider: the test kills the process while it waits.
+    for _ in range(600):
+        if info.cancel_requested and os.environ.get("STOP_EARLY"):
+            break
+        time.sleep(0.05)
+    ledger(f"charged {info.key}")
+    return "receipt"
+
+
+def refund(info: fusee.StepInfo) -> str:
+    ledger(f"refund {info.key}")
+    return "refunded"
+
+
+@fusee.workflow("saga")
+async def saga(ctx: fusee.Ctx) -> str:
+    try:
+        receipt = await ctx.step("charge", charge)
+        await ctx.sleep("ship", "1h")
+        return str(receipt)
+    except fusee.Cancelled:
+        await ctx.step("refund", refund)
+        raise
+
+
+async def main() -> None:
+    async with fusee.Engine.open(DIR, workflows=[etl, saga]) as engine:
+        if MODE == "etl":
+            h = await engine.start(etl, "etl-1", 2000, if_running="attach", if_finished="attach")
+            emit(started=True)
+            emit(result=await h.result())
+        elif MODE == "saga":
+            await engine.start(saga, "saga-1", if_running="attach", if_finished="attach")
+            while "begin charge" not in _read(LEDGER):
+                await asyncio.sleep(0.005)
+            await engine.cancel("saga-1", "customer changed their mind")
+            emit(cancel_acked=True)
+            await asyncio.sleep(3600)  # the test kills us while the charge still runs
+        elif MODE == "saga-resume":
+            h = engine.get("saga-1")
+            try:
+                emit(result=await h.result())
+            except fusee.WorkflowCancelled as e:
+                emit(cancelled=str(e))
+        else:
+            raise SystemExit(f"unknown mode {MODE}")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
