@@ -18,6 +18,7 @@ from typing import Any
 from fusee import codec, sabotage
 from fusee.core import records as rec
 from fusee.definitions import QueryDef, SignalDef, UpdateDef, WorkflowDef
+from fusee.engine import periodic
 from fusee.errors import EngineClosed, FuseeError, LogFailed
 from fusee.retry import Retry
 from fusee.runtime.env import Env, RealEnv
@@ -142,6 +143,7 @@ class Engine:
         segment_bytes: int = 64 << 20,
         blob_threshold: int = 256 << 10,
         checkpoint_every: int = 200_000,
+        checkpoint_interval: float | None = None,
         park_after: float | None = 60.0,
         max_loaded: int | None = None,
         retention: float | None = None,
@@ -155,6 +157,10 @@ class Engine:
         damaged before its tail by truncating it at the damage (it loses what
         followed). Raises :class:`fusee.errors.DirectoryLocked` if another
         process holds the directory.
+
+        A checkpoint is written every ``checkpoint_every`` records and, with
+        ``checkpoint_interval`` (seconds), also that often while records were
+        appended since the last one: either bounds what the next open reads.
         """
         return _Opening(
             cls._open(
@@ -168,6 +174,7 @@ class Engine:
                 segment_bytes=segment_bytes,
                 blob_threshold=blob_threshold,
                 checkpoint_every=checkpoint_every,
+                checkpoint_interval=checkpoint_interval,
                 park_after=park_after,
                 max_loaded=max_loaded,
                 retention=retention,
@@ -188,6 +195,7 @@ class Engine:
         segment_bytes: int,
         blob_threshold: int,
         checkpoint_every: int,
+        checkpoint_interval: float | None,
         park_after: float | None,
         max_loaded: int | None,
         retention: float | None,
@@ -203,6 +211,7 @@ class Engine:
             registry[w.name] = w
         if not isinstance(checkpoint_every, int) or checkpoint_every < 1:
             raise ValueError(f"checkpoint_every must be a positive int, got {checkpoint_every!r}")
+        interval = periodic.check_interval(checkpoint_interval)
         if shards is not None and (not isinstance(shards, int) or isinstance(shards, bool) or shards < 1):
             raise ValueError(f"shards must be a positive int, got {shards!r}")
         if retry is not None and not isinstance(retry, Retry):
@@ -262,7 +271,17 @@ class Engine:
         self._rt.load((shard, lsn, rec.decode(data)) for shard, lsn, data in recovery.records)
         self.recovered_records = len(recovery.records)
         self._rt.resume_all()
+        if interval is not None:
+            periodic.every(self._rt.loop, interval, self._periodic_checkpoint)
         return self
+
+    def _periodic_checkpoint(self) -> bool:
+        """One tick of ``checkpoint_interval``: False once the engine is closed (the ticks stop)."""
+        if self._closed:
+            return False
+        if self._rt.appended_since_checkpoint():
+            self._rt.checkpoint()
+        return True
 
     # --- helpers ---------------------------------------------------------
 

@@ -152,6 +152,10 @@ class Runtime:
             self.loop.call_soon(self.checkpoint)
         return self.committer.append(shard, rec.encode(r))  # type: ignore[no-any-return]
 
+    def appended_since_checkpoint(self) -> bool:
+        """Whether records were appended since the last checkpoint (else one would change nothing)."""
+        return self._since_checkpoint > 0
+
     def checkpoint(self) -> None:
         """Writes a checkpoint of every workflow: recovery then reads only the log after it."""
         self._checkpoint_scheduled = False

@@ -579,12 +579,12 @@ class World:
         self._add_engine_stats()
 
     def _add_engine_stats(self) -> None:
-        """Adds the engine's counters of this life (replays, parks) to the report."""
+        """Adds the engine's counters of this life (replays, parks, checkpoints) to the report."""
         stats = getattr(self.engine, "stats", None)
         if callable(stats):
             stats = stats()
         if isinstance(stats, dict):
-            for name in ("replays", "parked"):
+            for name in ("replays", "parked", "checkpoints"):
                 value = stats.get(name, 0)
                 if isinstance(value, int):
                     setattr(self.report, name, getattr(self.report, name) + value)
