@@ -343,7 +343,7 @@ class Engine:
             raise ValueError(f"if_finished must be one of {IF_FINISHED}, got {if_finished!r}")
         if not wdef.takes_input and input is not None:
             raise TypeError(f"workflow '{wdef.name}' takes no input, got {type(input).__name__}")
-        payload = codec.encode(input)
+        payload = codec.encode_input(wdef, input)
         st, lsn, _ = self._rt.start_workflow(
             wdef, wid, payload, if_running=if_running, if_finished=if_finished
         )
@@ -395,7 +395,7 @@ class Engine:
         if not isinstance(signal, SignalDef):
             raise TypeError(f"signal takes a signal made with fusee.signal(...), got {signal!r}")
         wid = self._check_id(workflow_id)
-        payload = codec.encode(value)
+        payload = codec.encode_signal(signal, value)
         key = _dedup(dedup_key)
         st = self._rt.current(wid)
         lsn = self._rt.signal(wid, signal.name, payload, key, None)
@@ -440,7 +440,7 @@ class Engine:
         if not isinstance(update, UpdateDef):
             raise TypeError(f"update takes an update made with fusee.update(...), got {update!r}")
         run = self._rt.running_run(self._check_id(workflow_id))
-        payload = codec.encode(arg)
+        payload = codec.encode_update_arg(update, arg)
         uid = update_id if update_id is not None else self._env.rng.getrandbits(128).to_bytes(16, "big").hex()
         if not isinstance(uid, str) or not uid:
             raise TypeError("update_id must be a non-empty string")

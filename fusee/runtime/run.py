@@ -360,7 +360,7 @@ class Run:
                 if exc is None:
                     status = rec.Status.OK
                     try:
-                        payload = codec.encode(task.result())
+                        payload = codec.encode_result(self.wdef, task.result())
                     except SerializationError as e:
                         status, payload = rec.Status.FAILED, codec.encode_error(e, traceback=self.rt.tracebacks)
                 elif isinstance(exc, ContinueAsNew):
@@ -582,7 +582,7 @@ class Run:
                 f"close_policy must be one of {sorted(_CLOSE_POLICIES)}, got {close_policy!r}"
             )
         self.rt.check_registered(workflow)
-        payload = codec.encode(input)
+        payload = codec.encode_input(workflow, input)
         flags = int(policy) | (rec.DETACHED if detached else 0)
         deadline = self.rt.env.now_ms() + to_ms(timeout) if timeout is not None else 0
         try:
@@ -606,7 +606,7 @@ class Run:
         self._check()
         if not isinstance(signal, SignalDef):
             raise TypeError(f"signal_workflow takes a signal made with fusee.signal(...), got {signal!r}")
-        payload = codec.encode(value)
+        payload = codec.encode_signal(signal, value)
         try:
             seq, r = self.machine.send(target, signal.name, payload)
         except DeterminismError as e:
@@ -667,7 +667,7 @@ class Run:
 
     def op_continue_as_new(self, input: Any) -> Awaitable[None]:
         self._check()
-        raise ContinueAsNew(codec.encode(input))
+        raise ContinueAsNew(codec.encode_input(self.wdef, input))
 
     # --- queries and updates -------------------------------------------------
 

@@ -172,7 +172,7 @@ class StepRunner:
         if run.dead or self.rt.closed or not m.step_pending(seq):
             return
         try:
-            status, payload = rec.Status.OK, codec.encode(value)
+            status, payload = rec.Status.OK, codec.encode_step_result(run.ops.get(seq), value)
         except SerializationError as e:
             status, payload = rec.Status.FAILED, codec.encode_error(e, traceback=self.rt.tracebacks)
         self.rt.stats["steps"] += 1

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import datetime
+import decimal
+import uuid
 from typing import Any
 
+import pydantic
 import pytest
 
 import fusee
@@ -53,3 +57,245 @@ def test_the_simulators_checkpoint_interval_reaches_the_engine() -> None:
 
     cfg = dataclasses.replace(SimConfig.for_seed(4), checkpoint_every=1_000_000, checkpoint_interval_ms=20)
     assert run_seed(cfg.seed, config=cfg).report.checkpoints > 0
+
+
+# --- typed payloads are checked before anything is recorded (finding 4) --------
+
+go = fusee.signal("go", int)
+bump = fusee.update("bump", int)
+
+
+@fusee.workflow("typed-waiter")
+async def typed_waiter(ctx: fusee.Ctx, start: int) -> int:
+    total = start
+
+    def add(n: int) -> int:
+        nonlocal total
+        total += n
+        return total
+
+    ctx.on_update(bump, add)
+    got = await ctx.wait_for(go)
+    assert isinstance(got, int)
+    return total + got
+
+
+async def _records(engine: fusee.Engine, wid: str) -> int:
+    return len(await engine.journal(wid))
+
+
+def test_wrongly_typed_signal_is_refused_and_the_run_lives_on() -> None:
+    async def main() -> None:
+        async with fusee.Engine.open(workflows=[typed_waiter]) as engine:
+            h = await engine.start(typed_waiter, "tw-1", 1)
+            before = await _records(engine, "tw-1")
+            with pytest.raises(fusee.SerializationError, match=r"signal 'go'.*int") as caught:
+                await engine.signal("tw-1", go, "x")
+            assert isinstance(caught.value, TypeError)
+            with pytest.raises(TypeError):
+                await h.signal(go, True)  # a bool is not an int either (strict conversion)
+            assert await _records(engine, "tw-1") == before  # nothing was recorded
+            assert engine.describe("tw-1").status == "running"
+            await h.signal(go, 41)
+            assert await h.result() == 42
+
+    run(main())
+
+
+def test_wrongly_typed_start_input_is_refused_before_recording() -> None:
+    async def main() -> None:
+        async with fusee.Engine.open(workflows=[typed_waiter]) as engine:
+            with pytest.raises(fusee.SerializationError, match=r"input of workflow 'typed-waiter'.*int"):
+                await engine.start(typed_waiter, "tw-2", "five")
+            with pytest.raises(fusee.NotFound):
+                engine.get("tw-2")  # no run was recorded under the ID
+            h = await engine.start(typed_waiter, "tw-2", 5)
+            await h.signal(go, 1)
+            assert await h.result() == 6
+
+    run(main())
+
+
+def test_wrongly_typed_update_argument_is_refused_before_recording() -> None:
+    async def main() -> None:
+        async with fusee.Engine.open(workflows=[typed_waiter]) as engine:
+            h = await engine.start(typed_waiter, "tw-3", 0)
+            before = await _records(engine, "tw-3")
+            with pytest.raises(fusee.SerializationError, match=r"argument of update 'bump'.*int"):
+                await h.update(bump, "ten")
+            assert await _records(engine, "tw-3") == before
+            assert await h.update(bump, 10) == 10
+            await h.signal(go, 1)
+            assert await h.result() == 11
+
+    run(main())
+
+
+@fusee.workflow("typed-child")
+async def typed_child(ctx: fusee.Ctx, n: int) -> int:
+    return n * 2
+
+
+@fusee.workflow("typed-parent")
+async def typed_parent(ctx: fusee.Ctx, target: str) -> list[str]:
+    refused: list[str] = []
+    try:
+        await ctx.signal_workflow(target, go, "not an int")
+    except fusee.SerializationError as e:
+        refused.append(str(e))
+    try:
+        await ctx.child(typed_child, "tc-bad", "not an int")
+    except fusee.SerializationError as e:
+        refused.append(str(e))
+    refused.append(str(await ctx.child(typed_child, "tc-good", 21)))
+    await ctx.signal_workflow(target, go, 2)
+    return refused
+
+
+def test_workflow_code_sending_wrong_types_is_refused_at_the_call() -> None:
+    async def main() -> None:
+        async with fusee.Engine.open(workflows=[typed_waiter, typed_parent, typed_child]) as engine:
+            target = await engine.start(typed_waiter, "tw-4", 1)
+            refused = await engine.execute(typed_parent, "tp-1", "tw-4")
+            assert "signal 'go'" in refused[0] and "input of workflow 'typed-child'" in refused[1]
+            assert refused[2] == "42"
+            with pytest.raises(fusee.NotFound):
+                engine.get("tc-bad")  # the refused child never started
+            assert await target.result() == 3  # only the good signal arrived
+
+    run(main())
+
+
+# --- values keep their type, live and on replay (finding 11) ------------------
+
+
+class Money(pydantic.BaseModel):
+    currency: str
+    cents: int
+
+
+@dataclasses.dataclass
+class Parcel:
+    weight: decimal.Decimal
+    sent: datetime.datetime
+
+
+#: (replaying?, step name, type of the value the code got), across engine lives.
+SEEN: list[tuple[bool, str, type]] = []
+release = fusee.signal("release")
+
+TYPED_STEPS: list[tuple[str, Any, Any]] = [
+    ("bytes", lambda: b"\x00\xff", bytes),
+    ("tuple", lambda: (1, "a"), tuple[int, str]),
+    ("datetime", lambda: datetime.datetime(2026, 1, 2, 3, 4, tzinfo=datetime.UTC), datetime.datetime),
+    ("uuid", lambda: uuid.UUID(int=7), uuid.UUID),
+    ("decimal", lambda: decimal.Decimal("1.10"), decimal.Decimal),
+    ("set", lambda: {3, 1}, set[int]),
+    ("pydantic", lambda: Money(currency="EUR", cents=5), Money),
+    ("dataclass", lambda: Parcel(decimal.Decimal("2.5"), datetime.datetime(2026, 1, 1)), Parcel),
+]
+
+
+MONEY_CALLS: list[int] = []
+
+
+def _money() -> Money:
+    MONEY_CALLS.append(1)
+    return Money(currency="USD", cents=1)
+
+
+@fusee.workflow("typed-values")
+async def typed_values(ctx: fusee.Ctx) -> list[str]:
+    values = []
+    for name, fn, tp in TYPED_STEPS:
+        values.append(await ctx.step(name, fn, result_type=tp))
+    values.append(await ctx.step("annotated", _money))  # the function's annotation types it
+    for (name, _, _), v in zip([*TYPED_STEPS, ("annotated", None, None)], values, strict=True):
+        SEEN.append((ctx.is_replaying, name, type(v)))
+    await ctx.wait_for(release)
+    return [repr(v) for v in values]
+
+
+def test_values_keep_their_type_live_and_after_a_reopen(tmp_path: Any) -> None:
+    SEEN.clear()
+    MONEY_CALLS.clear()
+
+    async def main() -> None:
+        async with fusee.Engine.open(tmp_path, workflows=[typed_values]) as engine:
+            await engine.start(typed_values, "tv-1")
+            await until(lambda: len(SEEN) == len(TYPED_STEPS) + 1)
+        live = list(SEEN)
+        assert not any(replaying for replaying, _, _ in live)
+        SEEN.clear()
+        async with fusee.Engine.open(tmp_path, workflows=[typed_values]) as engine:
+            await engine.signal("tv-1", release)  # wakes the run: its code replays the journal
+            result = await engine.get("tv-1").result()
+        replayed = list(SEEN)
+        assert [(name, tp) for _, name, tp in replayed] == [(name, tp) for _, name, tp in live]
+        assert dict((name, tp) for _, name, tp in live) == {
+            "bytes": bytes, "tuple": tuple, "datetime": datetime.datetime, "uuid": uuid.UUID,
+            "decimal": decimal.Decimal, "set": set, "pydantic": Money, "dataclass": Parcel,
+            "annotated": Money,
+        }
+        assert result[0] == repr(b"\x00\xff") and result[1] == repr((1, "a"))
+        assert len(MONEY_CALLS) == 1  # the second life replayed the recorded values
+
+    run(main())
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [
+        (b"raw", "bytes, which would come back as str"),
+        ((1, 2), "tuple, which would come back as list"),
+        (Money(currency="EUR", cents=1), "Money, which would come back as dict"),
+        (Parcel(decimal.Decimal(1), datetime.datetime(2026, 1, 1)), "Parcel, which would come back as dict"),
+        ({"when": uuid.UUID(int=1)}, "holds uuid.UUID at ['when'], which would come back as str"),
+    ],
+)
+def test_an_untyped_step_result_that_would_change_type_says_to_declare_it(value: Any, shown: str) -> None:
+    @fusee.workflow("untyped-step")
+    async def untyped_step(ctx: fusee.Ctx) -> str:
+        try:
+            await ctx.step("fetch", lambda: value)
+        except fusee.StepFailed as e:
+            return str(e)
+        return "no error"
+
+    async def main() -> None:
+        async with fusee.Engine.open(workflows=[untyped_step]) as engine:
+            message = await engine.execute(untyped_step, "us-1")
+            assert shown in message and "result_type=" in message and "step 'fetch'" in message
+
+    run(main())
+
+
+def test_an_untyped_workflow_result_that_would_change_type_fails_the_run_clearly() -> None:
+    @fusee.workflow("untyped-result")
+    async def untyped_result(ctx):  # type: ignore[no-untyped-def]
+        return (1, 2)
+
+    async def main() -> None:
+        async with fusee.Engine.open(workflows=[untyped_result]) as engine:
+            with pytest.raises(fusee.WorkflowFailed, match=r"result of workflow 'untyped-result' is tuple.*-> tuple"):
+                await engine.execute(untyped_result, "ur-1")
+
+    run(main())
+
+
+def test_untyped_signals_carry_only_plain_json() -> None:
+    note = fusee.signal("note")
+
+    @fusee.workflow("noted")
+    async def noted(ctx: fusee.Ctx) -> Any:
+        return await ctx.wait_for(note)
+
+    async def main() -> None:
+        async with fusee.Engine.open(workflows=[noted]) as engine:
+            h = await engine.start(noted, "n-1")
+            with pytest.raises(fusee.SerializationError, match=r"fusee\.signal\('note', bytes\)"):
+                await h.signal(note, b"x")
+            await h.signal(note, {"plain": [1, "json"]})
+            assert await h.result() == {"plain": [1, "json"]}
+
+    run(main())
