@@ -31,6 +31,7 @@ from fusee.errors import (
     UnknownWorkflow,
     UpdateFailed,
     WorkflowCancelled,
+    WorkflowEnded,
     WorkflowFailed,
     WorkflowTerminated,
 )
@@ -65,6 +66,7 @@ __all__ = [
     "UpdateFailed",
     "WorkflowCancelled",
     "WorkflowDef",
+    "WorkflowEnded",
     "WorkflowFailed",
     "WorkflowTerminated",
     "query",

@@ -21,6 +21,7 @@ from fusee.definitions import QueryDef, SignalDef, UpdateDef, WorkflowDef
 from fusee.engine import periodic
 from fusee.errors import EngineClosed, FuseeError, LogFailed
 from fusee.retry import Retry
+from fusee.runtime import ended
 from fusee.runtime.env import Env, RealEnv
 from fusee.runtime.runtime import IF_FINISHED, IF_RUNNING, Runtime, dedup_key
 from fusee.storage.committer import GroupCommitter
@@ -404,6 +405,10 @@ class Engine:
     async def query(self, workflow_id: str, query: QueryDef, arg: Any = None) -> Any:
         """Answers ``query`` from the run's state, once that state is durable.
 
+        An ended run is answered too, until its retention ends: its code is
+        gone, so its journal is replayed (read-only: nothing is recorded, no
+        step runs) to rebuild the handler's state as it ended.
+
         Answers to queries of one run are released in the order the queries
         were asked, so a later answer never shows an older state than an
         earlier one.
@@ -411,7 +416,13 @@ class Engine:
         self._check_open()
         if not isinstance(query, QueryDef):
             raise TypeError(f"query takes a query made with fusee.query(...), got {query!r}")
-        run = self._rt.running_run(self._check_id(workflow_id))
+        wid = self._check_id(workflow_id)
+        st = self._rt.current(wid)
+        if not st.running:
+            # The run ended: its code is gone, a read-only replay answers (during retention).
+            await self._durable(st.shard, st.done_lsn)
+            return ended.answer_query(self._rt, st, query, arg)
+        run = self._rt.running_run(wid)
         answer = run.answer_query(query, arg)
         earlier = run.last_answer
         mine: asyncio.Future[None] = asyncio.get_running_loop().create_future()

@@ -27,6 +27,7 @@ from fusee.errors import (
     NotFound,
     UnknownWorkflow,
     UpdateFailed,
+    WorkflowEnded,
 )
 from fusee.retry import Retry
 from fusee.runtime.env import Env
@@ -586,7 +587,7 @@ class Runtime:
         if run is None:
             if wid in self.stuck:
                 raise NotFound(f"workflow '{wid}' is stopped: {self.stuck[wid]}")
-            raise NotFound(f"workflow '{wid}' is not running (it ended {st.status.name.lower() if st.status is not None else ''})")
+            raise WorkflowEnded(wid, st.status.name.lower() if st.status is not None else "ended")
         return run
 
     def signal(self, wid: str, name: str, payload: bytes, dedup: int, by: bytes | None) -> int:
@@ -603,7 +604,7 @@ class Runtime:
     def terminate(self, wid: str, reason: str, by: bytes | None) -> int:
         st = self.current(wid)
         if not st.running:
-            raise NotFound(f"workflow '{wid}' is not running")
+            raise WorkflowEnded(wid, st.status.name.lower() if st.status is not None else "ended", "terminate")
         run = st.run
         if run is None and st.packed is not None:
             st.journal, st.lsns = unpack(st.packed)

@@ -78,7 +78,8 @@ _CLIENT, _CRASH, _RESTART = "client", "crash", "restart"
 # Errors after which a request is retried (the engine was not able to take it now).
 _RETRYABLE: tuple[type[BaseException], ...] = (errors.Busy, errors.EngineClosed, errors.StorageError)
 # Errors that say there is nothing to deliver to (the run ended or never existed).
-_NOTHING_THERE: tuple[type[BaseException], ...] = (errors.NotFound, errors.WorkflowFailed,
+_NOTHING_THERE: tuple[type[BaseException], ...] = (errors.NotFound, errors.WorkflowEnded,
+                                                   errors.WorkflowFailed,
                                                    errors.Cancelled, errors.QueryFailed)
 
 

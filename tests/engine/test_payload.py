@@ -299,3 +299,96 @@ def test_untyped_signals_carry_only_plain_json() -> None:
             assert await h.result() == {"plain": [1, "json"]}
 
     run(main())
+
+
+# --- ended runs: WorkflowEnded, and queries answered during retention ----------
+
+progress_q = fusee.query("progress")
+finish = fusee.signal("finish", int)
+STEP_CALLS: list[str] = []
+
+
+@fusee.workflow("tracked")
+async def tracked(ctx: fusee.Ctx, n: int) -> int:
+    done: list[int] = []
+    ctx.on_query(progress_q, lambda: {"done": list(done), "at": len(done)})
+    for i in range(n):
+        done.append(await ctx.step("work", (lambda v: lambda: STEP_CALLS.append(f"work-{v}") or v)(i)))
+    extra = await ctx.wait_for(finish)
+    done.append(extra or 0)
+    return sum(done)
+
+
+def test_ended_runs_refuse_signals_updates_cancels_with_workflow_ended() -> None:
+    async def main() -> None:
+        async with fusee.Engine.open(workflows=[tracked, typed_waiter]) as engine:
+            h = await engine.start(tracked, "e-1", 2)
+            await h.signal(finish, 5)
+            assert await h.result() == 6
+            for call in (
+                lambda: engine.signal("e-1", finish, 1),
+                lambda: engine.cancel("e-1"),
+                lambda: engine.terminate("e-1"),
+                lambda: engine.resume("e-1"),
+                lambda: engine.update("e-1", bump, 1),
+            ):
+                with pytest.raises(fusee.WorkflowEnded, match=r"'e-1' has ended \(ok\)") as caught:
+                    await call()
+                assert caught.value.status == "ok" and caught.value.workflow_id == "e-1"
+                assert not isinstance(caught.value, fusee.NotFound)
+            with pytest.raises(fusee.NotFound):
+                await engine.signal("never-started", finish, 1)
+
+    run(main())
+
+
+def test_queries_of_ended_runs_replay_read_only_during_retention(tmp_path: Any) -> None:
+    STEP_CALLS.clear()
+
+    async def main() -> None:
+        async with fusee.Engine.open(tmp_path, workflows=[tracked]) as engine:
+            h = await engine.start(tracked, "q-1", 3)
+            await until(lambda: len(STEP_CALLS) == 3)
+            await h.signal(finish, 10)
+            assert await h.result() == 13
+            records = await engine.journal("q-1")
+            assert await h.query(progress_q) == {"done": [0, 1, 2, 10], "at": 4}
+            assert await engine.journal("q-1") == records  # nothing was appended
+            assert STEP_CALLS == ["work-0", "work-1", "work-2"]  # no step ran again
+            # A cancelled or terminated run answers with the state it ended in.
+            t = await engine.start(tracked, "q-2", 1)
+            while (await t.query(progress_q))["at"] < 1:  # its step's result is recorded
+                await asyncio.sleep(0.001)
+            await t.terminate("ops")
+            assert await t.query(progress_q) == {"done": [0], "at": 1}
+        # After a restart (the code was never loaded in this process) too.
+        async with fusee.Engine.open(tmp_path, workflows=[tracked]) as engine:
+            assert await engine.query("q-1", progress_q) == {"done": [0, 1, 2, 10], "at": 4}
+            with pytest.raises(fusee.QueryFailed, match="no handler for query 'nope'"):
+                await engine.query("q-1", fusee.query("nope"))
+        assert len(STEP_CALLS) == 4
+
+    run(main())
+
+
+def test_retention_ends_ended_queries_with_not_found() -> None:
+    async def main() -> None:
+        async with fusee.Engine.open(workflows=[tracked], retention=0.05) as engine:
+            h = await engine.start(tracked, "r-1", 0)
+            await h.signal(finish, 1)
+            assert await h.result() == 1
+            assert await h.query(progress_q) == {"done": [1], "at": 1}
+
+            async def gone() -> bool:
+                try:
+                    await h.query(progress_q)
+                except fusee.NotFound:
+                    return True
+                return False
+
+            deadline = asyncio.get_running_loop().time() + 10
+            while not await gone():
+                assert asyncio.get_running_loop().time() < deadline
+                await asyncio.sleep(0.005)
+
+    run(main())
