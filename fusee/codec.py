@@ -85,7 +85,7 @@ class Codec:
             return self._encoder.encode(value)
         except SerializationError:
             raise
-        except (TypeError, ValueError, OverflowError, msgspec.EncodeError) as error:
+        except (TypeError, ValueError, OverflowError, RecursionError, msgspec.EncodeError) as error:
             raise SerializationError(
                 f"cannot encode a value of type {_type_name(type(value))} ({error}): "
                 f"supported are {SUPPORTED}"
@@ -167,6 +167,24 @@ def is_undeclared(tp: object) -> bool:
     return tp is Any or tp is object or tp is inspect.Parameter.empty
 
 
+_JSON_SCALARS = frozenset({str, int, bool, type(None)})
+
+
+def _plain(value: object) -> bool:
+    """Whether ``value`` is plain JSON (the fast check; :func:`_unfaithful` says where it is not)."""
+    t = type(value)
+    if t in _JSON_SCALARS:
+        return True
+    if t is float:
+        return math.isfinite(value)  # type: ignore[arg-type]
+    if t is list:
+        return all(map(_plain, value))  # type: ignore[call-overload]
+    if t is dict:
+        d: dict[Any, Any] = value  # type: ignore[assignment]
+        return all(type(k) is str for k in d) and all(map(_plain, d.values()))
+    return False
+
+
 def _unfaithful(value: object) -> tuple[str, object] | None:
     """The first part of ``value`` that plain JSON would not give back as itself: (path, part).
 
@@ -217,7 +235,11 @@ def convert(value: object, tp: object, *, what: str, declare: str) -> bytes:
     """
     data = encode(value)
     if is_undeclared(tp):
-        found = _unfaithful(value)
+        try:
+            plain = _plain(value)
+        except RecursionError:  # nested deeper than the stack: the walk below has no limit
+            plain = False
+        found = None if plain else _unfaithful(value)
         if found is not None:
             path, part = found
             if type(part) is float:
@@ -284,6 +306,39 @@ def encode_update_arg(update: Any, value: object) -> bytes:
         what=f"the argument of update '{update.name}'",
         declare=f"declare the update with its type: fusee.update('{update.name}', {{type}})",
     )
+
+
+def encode_update_result(update: Any, value: object) -> bytes:
+    """An update handler's result as recorded, checked against the update's ``result_type``."""
+    return convert(
+        value,
+        getattr(update, "result_type", Any),
+        what=f"the result of update '{update.name}'",
+        declare=f"declare the update's result type: fusee.update('{update.name}', ..., result_type={{type}})",
+    )
+
+
+def query_answer(query: Any, value: object) -> Any:
+    """A query handler's answer as the caller gets it: a copy converted to the query's ``result_type``.
+
+    A copy (through JSON), so that later changes of the workflow's state do
+    not show through; checked like a recorded value (see :func:`convert`).
+    """
+    tp = getattr(query, "result_type", Any)
+    data = convert(
+        value,
+        tp,
+        what=f"the answer to query '{query.name}'",
+        declare=f"declare the query's result type: fusee.query('{query.name}', result_type={{type}})",
+    )
+    return decode(data, tp)
+
+
+def retype(value: object, tp: object) -> Any:
+    """A plain JSON ``value`` (an untyped decode's) converted to ``tp``, as decoding its bytes as ``tp`` would."""
+    if is_undeclared(tp):
+        return value
+    return decode(encode(value), tp)
 
 
 def encode_step_result(op: Any, value: object) -> bytes:

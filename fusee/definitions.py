@@ -22,17 +22,19 @@ class SignalDef(Generic[T]):
 
 @dataclasses.dataclass(frozen=True)
 class QueryDef:
-    """A named query; declare with :func:`query`."""
+    """A named query whose answers are of ``result_type``; declare with :func:`query`."""
 
     name: str
+    result_type: Any = Any
 
 
 @dataclasses.dataclass(frozen=True)
 class UpdateDef(Generic[T]):
-    """A named update taking an argument of ``arg_type``; declare with :func:`update`."""
+    """A named update taking an argument of ``arg_type`` and answering ``result_type``; declare with :func:`update`."""
 
     name: str
     arg_type: Any = Any
+    result_type: Any = Any
 
 
 def _check_name(kind: str, name: object) -> str:
@@ -46,14 +48,23 @@ def signal(name: str, type: Any = Any) -> SignalDef[Any]:
     return SignalDef(_check_name("signal", name), type)
 
 
-def query(name: str) -> QueryDef:
-    """Declares a query: ``status = fusee.query("status")``."""
-    return QueryDef(_check_name("query", name))
+def query(name: str, result_type: Any = Any) -> QueryDef:
+    """Declares a query: ``status = fusee.query("status", result_type=Status)``.
+
+    Callers get answers converted to ``result_type``; without one, answers
+    must be plain JSON (see :func:`fusee.codec.convert`).
+    """
+    return QueryDef(_check_name("query", name), result_type)
 
 
-def update(name: str, arg_type: Any = Any) -> UpdateDef[Any]:
-    """Declares an update: ``add = fusee.update("add", int)``."""
-    return UpdateDef(_check_name("update", name), arg_type)
+def update(name: str, arg_type: Any = Any, result_type: Any = Any) -> UpdateDef[Any]:
+    """Declares an update: ``add = fusee.update("add", int, result_type=int)``.
+
+    Arguments are checked against ``arg_type`` before anything is recorded;
+    handler results are recorded as ``result_type`` and callers get them
+    converted to it. Where a type is not given, values must be plain JSON.
+    """
+    return UpdateDef(_check_name("update", name), arg_type, result_type)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -460,20 +460,20 @@ class Engine:
             await self._durable(run.shard, run.machine.gate)
             status, result = done
             if status == rec.Status.OK:
-                return codec.decode(result)
+                return codec.decode(result, update.result_type)
             from fusee.errors import UpdateFailed
 
             info = codec.decode_error(result)
             raise UpdateFailed(f"update handler failed: {info.type}: {info.message}")
         inflight = run.update_inflight.get(uid)
         if inflight is not None:
-            return await asyncio.shield(inflight)
+            return codec.retype(await asyncio.shield(inflight), update.result_type)
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         if run.attach_update(uid, fut):
             # Accepted before (perhaps in an earlier life) and still running: wait for its answer.
-            return await fut
+            return codec.retype(await fut, update.result_type)
         run.offer_update(update.name, uid, payload, fut)
-        return await fut
+        return codec.retype(await fut, update.result_type)
 
     async def cancel(self, workflow_id: str, reason: str = "") -> None:
         """Requests cancellation; returns once the request is durable.

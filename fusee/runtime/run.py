@@ -747,14 +747,16 @@ class Run:
                 self._fail_determinism(e)
                 return
         self.update_ids[ordinal] = n.id
-        self.loop.create_task(self._run_update(ordinal, n.id, handler, arg))
+        self.loop.create_task(self._run_update(ordinal, n.id, handler, arg, udef))
 
-    async def _run_update(self, ordinal: int, update_id: str, handler: Callable[..., Any], arg: Any) -> None:
+    async def _run_update(
+        self, ordinal: int, update_id: str, handler: Callable[..., Any], arg: Any, udef: UpdateDef[Any]
+    ) -> None:
         try:
             result = handler(arg)
             if inspect.isawaitable(result):
                 result = await result
-            status, payload = rec.Status.OK, codec.encode(result)
+            status, payload = rec.Status.OK, codec.encode_update_result(udef, result)
         except (ContinueAsNew, DeterminismError, NondeterministicCall):
             raise
         except Exception as e:
@@ -779,8 +781,8 @@ class Run:
                 f"(handlers: {sorted(self.query_handlers) or 'none'})"
             )
         value = handler(arg) if takes_argument(handler) else handler()
-        # A snapshot in plain values, so later changes of the state do not show through.
-        return codec.decode(codec.encode(value))
+        # A copy through JSON, so later changes of the state do not show through.
+        return codec.query_answer(query, value)
 
 
 def _return_type(fn: Callable[..., Any]) -> Any:

@@ -392,3 +392,50 @@ def test_retention_ends_ended_queries_with_not_found() -> None:
                 await asyncio.sleep(0.005)
 
     run(main())
+
+
+# --- update results and query answers keep their declared type --------------
+
+add_money = fusee.update("add-money", int, result_type=Money)
+balance_q = fusee.query("balance", result_type=tuple[str, decimal.Decimal])
+untyped_q = fusee.query("untyped")
+pair_u = fusee.update("pair")
+
+
+@fusee.workflow("wallet")
+async def wallet(ctx: fusee.Ctx) -> int:
+    cents = 0
+
+    def add_cents(n: int) -> Money:
+        nonlocal cents
+        cents += n
+        return Money(currency="EUR", cents=cents)
+
+    ctx.on_update(add_money, add_cents)
+    ctx.on_update(pair_u, lambda _: (1, 2))
+    ctx.on_query(balance_q, lambda: ("EUR", decimal.Decimal(cents) / 100))
+    ctx.on_query(untyped_q, lambda: {"raw": b"x"})
+    await ctx.wait_for(finish)
+    return cents
+
+
+def test_update_results_and_query_answers_convert_to_their_declared_types() -> None:
+    async def main() -> None:
+        async with fusee.Engine.open(workflows=[wallet]) as engine:
+            h = await engine.start(wallet, "w-1")
+            assert await h.update(add_money, 150) == Money(currency="EUR", cents=150)
+            again = await h.update(add_money, 150, update_id="u-2")
+            assert isinstance(again, Money) and again.cents == 300
+            cached = await h.update(add_money, 999, update_id="u-2")  # answered before: same answer
+            assert isinstance(cached, Money) and cached.cents == 300
+            assert await h.query(balance_q) == ("EUR", decimal.Decimal("3"))
+            with pytest.raises(fusee.SerializationError, match=r"query 'untyped' holds bytes at \['raw'\]"):
+                await h.query(untyped_q)
+            with pytest.raises(fusee.UpdateFailed, match=r"result of update 'pair' is tuple.*result_type=tuple"):
+                await h.update(pair_u, None)
+            await h.signal(finish, 0)
+            assert await h.result() == 300
+            # Ended: the read-only replay answers with the declared type too.
+            assert await h.query(balance_q) == ("EUR", decimal.Decimal("3"))
+
+    run(main())
