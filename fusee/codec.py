@@ -168,6 +168,8 @@ def is_undeclared(tp: object) -> bool:
 
 
 _JSON_SCALARS = frozenset({str, int, bool, type(None)})
+#: Declared types a value of exactly that type converts to unchanged (not float: NaN).
+_EXACT = frozenset({str, int, bool})
 
 
 def _plain(value: object) -> bool:
@@ -234,6 +236,8 @@ def convert(value: object, tp: object, *, what: str, declare: str) -> bytes:
     for the value's type ("pass result_type={type} to ctx.step").
     """
     data = encode(value)
+    if tp is type(value) and tp in _EXACT:
+        return data  # decodes to itself: the hot path of typed steps skips the decode
     if is_undeclared(tp):
         try:
             plain = _plain(value)

@@ -59,6 +59,11 @@ class _ReadOnlyRuntime:
         return self._rt.check_registered(workflow)
 
     def __getattr__(self, name: str) -> Any:
+        # Plain settings and flags read through; anything that could act (a
+        # method, an object with methods) is replaced by a no-op.
+        value = getattr(self._rt, name, None)
+        if value is None or isinstance(value, bool | int | float | str):
+            return value
         return _ignored
 
 
