@@ -57,6 +57,7 @@ COVERAGE = (
     "flush_failures",
     "torn_tails",
     "replays",
+    "checkpoints",
     "reads_rerun",
     "transient_failures",
     "signals",
