@@ -439,3 +439,34 @@ def test_update_results_and_query_answers_convert_to_their_declared_types() -> N
             assert await h.query(balance_q) == ("EUR", decimal.Decimal("3"))
 
     run(main())
+
+
+def test_values_keep_their_type_after_sigkill_and_replay(tmp_path: Any) -> None:
+    import json
+    import os
+    import pathlib
+    import signal
+    import subprocess
+    import sys
+
+    app = pathlib.Path(__file__).with_name("typed_app.py")
+    env = dict(os.environ, PYTHONPATH=str(pathlib.Path(__file__).resolve().parents[2]))
+
+    def start(mode: str) -> subprocess.Popen[str]:
+        return subprocess.Popen([sys.executable, str(app), str(tmp_path), mode],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+    p = start("live")
+    assert p.stdout is not None
+    live = json.loads(p.stdout.readline())["seen"]
+    assert json.loads(p.stdout.readline()) == {"durable": True}
+    p.send_signal(signal.SIGKILL)
+    p.communicate(timeout=60)
+    out, err = start("replay").communicate(timeout=120)
+    lines = [json.loads(line) for line in out.splitlines()]
+    assert lines[0] == {"seen": live}, err
+    assert live == {"bytes": "bytes", "tuple": "tuple", "datetime": "datetime", "uuid": "UUID",
+                    "decimal": "Decimal", "frozenset": "frozenset", "pydantic": "Money",
+                    "dataclass": "Parcel"}
+    assert lines[1]["result"].startswith("[b'\\x00\\xff', (1, 'a'), datetime.datetime(2026, 1, 2")
+    assert lines[1]["steps_run"] == 0  # every value came from the journal
