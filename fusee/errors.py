@@ -116,8 +116,8 @@ class WorkflowEnded(FuseeError):
         refused = f"{action} refused: " if action else ""
         super().__init__(
             f"{refused}workflow '{workflow_id}' has ended ({status}) and takes no more signals, "
-            "updates, cancels or terminates. Its result() and queries stay available; to run "
-            "the ID again, start it with if_finished='start'"
+            "updates, cancels, terminates or resumes. Its result() and queries stay available; "
+            "to run the ID again, start it with if_finished='start'"
         )
 
 
