@@ -6,13 +6,15 @@ retention (and lose them at a restart anyway), a query of an ended run replays
 the journal without its ``Done`` record on a throw-away run that can act on
 nothing: no record is appended, no step, timer, child or message is started.
 The code runs to where it ended, its handlers registered as they were, and the
-query is answered from there.
+query is answered from there. The last few replayed runs are kept (their state
+cannot change any more), so repeated queries of one ended run replay it once.
 """
 
 from __future__ import annotations
 
 import asyncio
 import random
+from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
 from fusee.core import journal as jm
@@ -81,12 +83,36 @@ class _ReplayRun(Run):
             task.exception()  # retrieved: how it ended is already recorded
 
 
+#: Replayed ended runs kept per runtime, most recently queried last: a dashboard
+#: polling a finished run replays it once, not at every poll.
+REPLAYS_KEPT = 16
+_KEPT_ATTR = "_ended_replays"
+
+
 def answer_query(rt: Runtime, st: WorkflowState, query: QueryDef, arg: Any) -> Any:
     """The answer of ``query`` for the ended run ``st``, from a read-only replay of its journal.
 
     Raises :class:`QueryFailed` when its workflow type is not registered,
     when the code no longer matches the journal, or when no handler answers.
     """
+    # Kept on the runtime itself, so they go with it.
+    kept: OrderedDict[tuple[str, int], _ReplayRun] | None = getattr(rt, _KEPT_ATTR, None)
+    if kept is None:
+        kept = OrderedDict()
+        setattr(rt, _KEPT_ATTR, kept)
+    key = (st.id, st.run_id)
+    run = kept.get(key)
+    if run is None:
+        run = _replay(rt, st)
+        kept[key] = run
+        while len(kept) > REPLAYS_KEPT:
+            _, old = kept.popitem(last=False)
+            old.kill()
+    kept.move_to_end(key)
+    return run.answer_query(query, arg)
+
+
+def _replay(rt: Runtime, st: WorkflowState) -> _ReplayRun:
     wdef = rt.workflows.get(st.wtype)
     if wdef is None:
         raise QueryFailed(
@@ -103,12 +129,10 @@ def answer_query(rt: Runtime, st: WorkflowState, query: QueryDef, arg: Any) -> A
     except DeterminismError as e:
         raise QueryFailed(f"workflow '{st.id}' ended; its journal cannot be replayed to answer: {e}") from e
     run = _ReplayRun(_ReadOnlyRuntime(rt), st.shard, wdef, machine, journal, lsns)  # type: ignore[arg-type]
-    try:
-        run.start()
-        if run.stuck is not None:
-            raise QueryFailed(
-                f"workflow '{st.id}' ended; replaying its journal to answer the query failed: {run.stuck}"
-            )
-        return run.answer_query(query, arg)
-    finally:
+    run.start()
+    if run.stuck is not None:
         run.kill()
+        raise QueryFailed(
+            f"workflow '{st.id}' ended; replaying its journal to answer the query failed: {run.stuck}"
+        )
+    return run

@@ -470,3 +470,22 @@ def test_values_keep_their_type_after_sigkill_and_replay(tmp_path: Any) -> None:
                     "dataclass": "Parcel"}
     assert lines[1]["result"].startswith("[b'\\x00\\xff', (1, 'a'), datetime.datetime(2026, 1, 2")
     assert lines[1]["steps_run"] == 0  # every value came from the journal
+
+
+def test_repeated_queries_of_an_ended_run_replay_it_once() -> None:
+    replays: list[int] = []
+    ask = fusee.query("ask")
+
+    @fusee.workflow("replayed-once")
+    async def replayed_once(ctx: fusee.Ctx) -> int:
+        replays.append(1)  # runs at every replay of the code
+        ctx.on_query(ask, lambda: len(replays))
+        return await ctx.step("one", lambda: 1)
+
+    async def main() -> None:
+        async with fusee.Engine.open(workflows=[replayed_once]) as engine:
+            assert await engine.execute(replayed_once, "ro-1") == 1
+            answers = [await engine.query("ro-1", ask) for _ in range(5)]
+            assert answers == [2, 2, 2, 2, 2]  # the live run, then one read-only replay
+
+    run(main())
