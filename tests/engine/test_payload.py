@@ -51,6 +51,17 @@ def test_checkpoint_interval_must_be_positive_seconds(bad: Any) -> None:
     run(main())
 
 
+def test_every_engine_knob_of_the_simulator_is_an_engine_option() -> None:
+    import inspect
+
+    from fusee.sim.config import SimConfig
+
+    # The world hands Engine.open only the options it accepts: a knob it does
+    # not know would be dropped silently (as checkpoint_interval_ms once was).
+    accepted = set(inspect.signature(fusee.Engine.open).parameters)
+    assert set(SimConfig.for_seed(0).engine_options()) <= accepted
+
+
 def test_the_simulators_checkpoint_interval_reaches_the_engine() -> None:
     from fusee.sim.config import SimConfig
     from fusee.sim.world import run_seed
