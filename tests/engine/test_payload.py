@@ -500,3 +500,61 @@ def test_repeated_queries_of_an_ended_run_replay_it_once() -> None:
             assert answers == [2, 2, 2, 2, 2]  # the live run, then one read-only replay
 
     run(main())
+
+
+def test_ended_queries_after_cancel_failure_and_a_terminate_during_a_step(tmp_path: Any) -> None:
+    seen_q = fusee.query("seen")
+    slow_calls: list[int] = []
+    forever = asyncio.Event()
+
+    async def slow_step() -> int:
+        slow_calls.append(1)
+        await forever.wait()
+        return 2
+
+    @fusee.workflow("ends")
+    async def ends(ctx: fusee.Ctx, how: str) -> int:
+        seen: list[str] = []
+        ctx.on_query(seen_q, lambda: list(seen))
+        seen.append(str(await ctx.step("fast", lambda: 1)))
+        try:
+            if how == "fail":
+                await ctx.step("boom", lambda: 1 / 0, retry=fusee.Retry(attempts=1))
+            elif how == "slow":
+                await ctx.step("slow", slow_step)
+            else:
+                await ctx.wait_for(finish)
+        except fusee.Cancelled:
+            seen.append("compensated")
+            raise
+        except fusee.StepFailed:
+            seen.append("failed")
+            raise
+        return 0
+
+    async def main() -> None:
+        async with fusee.Engine.open(tmp_path, workflows=[ends]) as engine:
+            c = await engine.start(ends, "end-cancel", "cancel")
+            while (await c.query(seen_q)) != ["1"]:
+                await asyncio.sleep(0.001)
+            await c.cancel()
+            with pytest.raises(fusee.WorkflowCancelled):
+                await c.result()
+            assert await c.query(seen_q) == ["1", "compensated"]
+
+            f = await engine.start(ends, "end-fail", "fail")
+            with pytest.raises(fusee.WorkflowFailed):
+                await f.result()
+            assert await f.query(seen_q) == ["1", "failed"]
+
+            s = await engine.start(ends, "end-slow", "slow")
+            await until(lambda: len(slow_calls) == 1)
+            await s.terminate("stop")
+            assert await s.query(seen_q) == ["1"]  # as it ended: inside the slow step
+            assert len(slow_calls) == 1  # the replay ran no step
+        # An engine that does not know the workflow type cannot replay it.
+        async with fusee.Engine.open(tmp_path, workflows=[]) as engine:
+            with pytest.raises(fusee.QueryFailed, match="type 'ends' is not registered"):
+                await engine.query("end-fail", seen_q)
+
+    run(main())
