@@ -112,9 +112,39 @@ def workflow(name: str | None = None, *, version: int = 1) -> Callable[[Callable
         try:
             hints = typing.get_type_hints(fn)
         except Exception:
+            # Some annotation does not resolve (``ctx: Ctx`` imported only for
+            # type checkers, say): resolve the two that type values one by one.
             hints = {}
-        input_type = hints.get(params[1].name, Any) if len(params) == 2 else type(None)
-        result_type = hints.get("return", Any)
+        if len(params) == 2:
+            input_type = _annotation(wname, fn, hints, params[1].name, params[1].annotation)
+        else:
+            input_type = type(None)
+        result_type = _annotation(wname, fn, hints, "return", inspect.signature(fn).return_annotation)
         return WorkflowDef(wname, fn, version, input_type, result_type, len(params) == 2)
 
     return wrap
+
+
+def _annotation(workflow: str, fn: Callable[..., Any], hints: dict[str, Any], name: str, raw: Any) -> Any:
+    """The type an input or result annotation names (``Any`` when there is none).
+
+    A string annotation that names nothing resolvable is an error now, not a
+    silent ``Any``: the type decides how recorded values convert back.
+    """
+    if name in hints:
+        return hints[name]
+    if raw is inspect.Parameter.empty or raw is inspect.Signature.empty:
+        return Any
+    if not isinstance(raw, str):
+        return raw
+    try:
+        return eval(raw, getattr(fn, "__globals__", {}))  # what get_type_hints does for one annotation
+    except Exception as error:
+        from fusee.errors import SerializationError
+
+        what = "result" if name == "return" else f"input '{name}'"
+        raise SerializationError(
+            f"workflow '{workflow}': the annotation {raw!r} of its {what} does not resolve ({error}); "
+            "annotations are evaluated in the function's module, so define or import the type at "
+            "module level"
+        ) from None

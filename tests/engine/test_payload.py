@@ -558,3 +558,22 @@ def test_ended_queries_after_cancel_failure_and_a_terminate_during_a_step(tmp_pa
                 await engine.query("end-fail", seen_q)
 
     run(main())
+
+
+def test_workflow_annotations_that_do_not_resolve_are_an_error_not_any() -> None:
+    @dataclasses.dataclass
+    class Local:  # not at module level: the module's annotations cannot see it
+        n: int
+
+    with pytest.raises(fusee.SerializationError, match=r"'Local' of its input 'x' does not resolve"):
+
+        @fusee.workflow("local-typed")
+        async def local_typed(ctx: fusee.Ctx, x: Local) -> int:
+            return x.n
+
+    # Only the input and result annotations type values: an unresolvable ctx one is fine.
+    @fusee.workflow("ctx-unresolved")
+    async def ctx_unresolved(ctx: NotImported, n: int) -> list[int]:  # type: ignore[name-defined] # noqa: F821
+        return [n]
+
+    assert ctx_unresolved.input_type is int and ctx_unresolved.result_type == list[int]
