@@ -414,6 +414,29 @@ def type_hints_of(fn: Callable[..., Any]) -> tuple[list[object], object]:
     return params, resolve("return", signature.return_annotation)
 
 
+def return_type_of(fn: Callable[..., Any]) -> Any:
+    """The type ``fn``'s return annotation names, or ``Any`` (none, or one that does not resolve).
+
+    Sees through ``functools.partial``, bound methods and callable objects.
+    Only the return annotation is resolved when another one does not (a
+    parameter typed with a name imported only for type checkers).
+    """
+    target = _annotated_function(fn)
+    if isinstance(target, type):
+        return Any  # a class called as a step: its annotations are its fields
+    try:
+        return typing.get_type_hints(target).get("return", Any)
+    except Exception:
+        pass
+    raw = getattr(target, "__annotations__", {}).get("return", Any)
+    if not isinstance(raw, str):
+        return raw
+    try:
+        return eval(raw, getattr(target, "__globals__", {}))  # as get_type_hints does, for this one
+    except Exception:
+        return Any
+
+
 # --- errors -------------------------------------------------------------------
 
 

@@ -357,3 +357,26 @@ def test_convert_refuses_untyped_values_that_would_change_type(value: object, me
 
     with pytest.raises(SerializationError, match=message):
         convert(value, Any, what="the value", declare="declare {type}")
+
+
+class _Priced:
+    def __call__(self, info: NotImported) -> Decimal:  # type: ignore[name-defined] # noqa: F821
+        return Decimal(1)
+
+    def method(self, x: int) -> Point:
+        return Point(x, x)
+
+
+def _quote(info: NotImported, n: int) -> Line:  # type: ignore[name-defined] # noqa: F821
+    return Line("a", n, Decimal(1))
+
+
+def test_return_type_of_sees_through_wrappers_and_unresolvable_parameters() -> None:
+    from fusee.codec import return_type_of
+
+    assert return_type_of(_quote) is Line  # the parameter's annotation does not resolve
+    assert return_type_of(functools.partial(_quote, None)) is Line
+    assert return_type_of(_Priced()) is Decimal
+    assert return_type_of(_Priced().method) is Point
+    assert return_type_of(lambda: 1) is Any
+    assert return_type_of(Point) is Any

@@ -786,12 +786,7 @@ class Run:
 
 
 def _return_type(fn: Callable[..., Any]) -> Any:
-    try:
-        import typing
-
-        return typing.get_type_hints(fn).get("return", Any)
-    except Exception:
-        return Any
+    return codec.return_type_of(fn)
 
 
 def _reason(payload: bytes) -> str:

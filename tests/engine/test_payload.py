@@ -577,3 +577,21 @@ def test_workflow_annotations_that_do_not_resolve_are_an_error_not_any() -> None
         return [n]
 
     assert ctx_unresolved.input_type is int and ctx_unresolved.result_type == list[int]
+
+
+def _priced(info: NotImported) -> Money:  # type: ignore[name-defined] # noqa: F821
+    return Money(currency="EUR", cents=3)
+
+
+@fusee.workflow("priced")
+async def priced(ctx: fusee.Ctx) -> str:
+    money = await ctx.step("price", _priced)
+    return type(money).__name__
+
+
+def test_a_step_functions_return_annotation_types_it_even_if_a_parameter_annotation_does_not_resolve() -> None:
+    async def main() -> None:
+        async with fusee.Engine.open(workflows=[priced]) as engine:
+            assert await engine.execute(priced, "p-1") == "Money"
+
+    run(main())
