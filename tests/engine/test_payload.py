@@ -595,3 +595,22 @@ def test_a_step_functions_return_annotation_types_it_even_if_a_parameter_annotat
             assert await engine.execute(priced, "p-1") == "Money"
 
     run(main())
+
+
+@fusee.workflow("relay")
+async def relay(ctx: fusee.Ctx, n: int) -> str:
+    if n == 0:
+        try:
+            await ctx.continue_as_new("one")
+        except fusee.SerializationError as e:
+            assert "input of workflow 'relay'" in str(e)
+        await ctx.continue_as_new(1)
+    return f"run {n}"
+
+
+def test_continue_as_new_input_is_checked_at_the_call() -> None:
+    async def main() -> None:
+        async with fusee.Engine.open(workflows=[relay]) as engine:
+            assert await engine.execute(relay, "relay-1", 0) == "run 1"
+
+    run(main())
