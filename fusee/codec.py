@@ -8,6 +8,14 @@ time/timedelta, UUID, Decimal, and pydantic v2 models (pydantic is optional and
 imported only when a pydantic type shows up). Decoding converts to the
 annotated type, so a function's annotations are the schema.
 
+Values are checked *before* they are recorded (:func:`convert`): a value
+must convert to the type its reader declared, and where no type is declared
+(``Any``: an unannotated step function, an untyped signal) it must be plain
+JSON, which comes back as itself. A value that would come back as another
+type (bytes as a base64 string, a tuple as a list, a dataclass as a dict) is
+refused with a :class:`~fusee.errors.SerializationError` saying which type to
+declare, so the value code sees live and on replay is always the same.
+
 Errors are journaled as :class:`ErrorInfo` (type name, module, message and the
 traceback text), never pickled: the exception object cannot survive a crash,
 its description can.
@@ -18,6 +26,7 @@ from __future__ import annotations
 import functools
 import importlib
 import inspect
+import math
 import sys
 import traceback as tb
 import typing
@@ -76,7 +85,7 @@ class Codec:
             return self._encoder.encode(value)
         except SerializationError:
             raise
-        except (TypeError, ValueError, OverflowError, msgspec.EncodeError) as error:
+        except (TypeError, ValueError, OverflowError, RecursionError, msgspec.EncodeError) as error:
             raise SerializationError(
                 f"cannot encode a value of type {_type_name(type(value))} ({error}): "
                 f"supported are {SUPPORTED}"
@@ -153,6 +162,204 @@ def decode(data: bytes | bytearray | memoryview, tp: object = Any) -> Any:
     return _default.decode(data, tp)
 
 
+def is_undeclared(tp: object) -> bool:
+    """Whether ``tp`` declares nothing (``Any``, ``object``, a missing annotation)."""
+    return tp is Any or tp is object or tp is inspect.Parameter.empty
+
+
+_JSON_SCALARS = frozenset({str, int, bool, type(None)})
+#: Declared types a value of exactly that type converts to unchanged (not float: NaN).
+_EXACT = frozenset({str, int, bool})
+
+
+def _plain(value: object) -> bool:
+    """Whether ``value`` is plain JSON (the fast check; :func:`_unfaithful` says where it is not)."""
+    t = type(value)
+    if t in _JSON_SCALARS:
+        return True
+    if t is float:
+        return math.isfinite(value)  # type: ignore[arg-type]
+    if t is list:
+        return all(map(_plain, value))  # type: ignore[call-overload]
+    if t is dict:
+        d: dict[Any, Any] = value  # type: ignore[assignment]
+        return all(type(k) is str for k in d) and all(map(_plain, d.values()))
+    return False
+
+
+def _unfaithful(value: object) -> tuple[str, object] | None:
+    """The first part of ``value`` that plain JSON would not give back as itself: (path, part).
+
+    Plain JSON is None, bool, int, finite float, str, list, and dict with str
+    keys (exact types: an IntEnum or a str subclass comes back as int or str).
+    None when the whole value is plain JSON.
+    """
+    stack: list[tuple[str, object]] = [("", value)]
+    while stack:
+        path, v = stack.pop()
+        t = type(v)
+        if t is str or t is int or t is bool or v is None:
+            continue
+        if t is float:
+            if math.isfinite(v):  # type: ignore[arg-type]
+                continue
+            return path, v
+        if t is list:
+            assert isinstance(v, list)
+            stack.extend((f"{path}[{i}]", item) for i, item in reversed(list(enumerate(v))))
+            continue
+        if t is dict:
+            assert isinstance(v, dict)
+            items = list(v.items())
+            for k, _ in items:
+                if type(k) is not str:
+                    return f"{path}[{k!r}] (a key)", k
+            stack.extend((f"{path}[{k!r}]", item) for k, item in reversed(items))
+            continue
+        return path, v
+    return None
+
+
+def _json_kind(data: bytes) -> str:
+    back = _default.decode(data)
+    return "null" if back is None else type(back).__name__
+
+
+def convert(value: object, tp: object, *, what: str, declare: str) -> bytes:
+    """The bytes to record for ``value``, which its reader will decode as ``tp``.
+
+    Guarantees that decoding the bytes as ``tp`` succeeds and, when ``tp``
+    declares nothing (``Any``), gives back a value of the same type as
+    ``value``; otherwise raises :class:`SerializationError` before anything is
+    recorded. ``what`` names the value in the message ("the input of workflow
+    'x'"); ``declare`` says how to declare a type, with ``{type}`` standing
+    for the value's type ("pass result_type={type} to ctx.step").
+    """
+    data = encode(value)
+    if tp is type(value) and tp in _EXACT:
+        return data  # decodes to itself: the hot path of typed steps skips the decode
+    if is_undeclared(tp):
+        try:
+            plain = _plain(value)
+        except RecursionError:  # nested deeper than the stack: the walk below has no limit
+            plain = False
+        found = None if plain else _unfaithful(value)
+        if found is not None:
+            path, part = found
+            if type(part) is float:
+                raise SerializationError(
+                    f"{what} {'holds' if path else 'is'} {part!r}{' at ' + path if path else ''}, which JSON "
+                    "cannot hold (it would come back as null): record None or a string instead"
+                )
+            if path.endswith("(a key)"):
+                back = "str (JSON object keys are strings)"
+            else:
+                back = _json_kind(encode(part))
+            kind = _type_name(type(part))
+            where = f" holds {kind} at {path}, which" if path else f" is {kind}, which"
+            top = _type_name(type(value))
+            advice = declare.replace("{type}", f"{top}[...]" if path else top)
+            raise SerializationError(
+                f"{what}{where} would come back as {back}: values are recorded as JSON and no "
+                f"type is declared to convert it back. To keep its type, {advice}; or use plain "
+                "JSON values (None, bool, int, float, str, list, dict with str keys)"
+            )
+        return data
+    try:
+        _default.decode(data, tp)
+    except SerializationError as e:
+        raise SerializationError(f"{what} does not convert to its declared type {_type_name(tp)}: {e}") from None
+    return data
+
+
+def encode_input(workflow: Any, value: object) -> bytes:
+    """A workflow's input as recorded, checked against its input annotation (see :func:`convert`)."""
+    return convert(
+        value,
+        workflow.input_type,
+        what=f"the input of workflow '{workflow.name}'",
+        declare="annotate the workflow function's input parameter (input: {type})",
+    )
+
+
+def encode_result(workflow: Any, value: object) -> bytes:
+    """A workflow's result as recorded, checked against its return annotation (see :func:`convert`)."""
+    return convert(
+        value,
+        workflow.result_type,
+        what=f"the result of workflow '{workflow.name}'",
+        declare="annotate the workflow function's return type (-> {type})",
+    )
+
+
+def encode_signal(signal: Any, value: object) -> bytes:
+    """A signal's value as recorded, checked against the signal's declared type (see :func:`convert`)."""
+    return convert(
+        value,
+        signal.type,
+        what=f"the value of signal '{signal.name}'",
+        declare=f"declare the signal with its type: fusee.signal('{signal.name}', {{type}})",
+    )
+
+
+def encode_update_arg(update: Any, value: object) -> bytes:
+    """An update's argument as recorded, checked against its declared type (see :func:`convert`)."""
+    return convert(
+        value,
+        update.arg_type,
+        what=f"the argument of update '{update.name}'",
+        declare=f"declare the update with its type: fusee.update('{update.name}', {{type}})",
+    )
+
+
+def encode_update_result(update: Any, value: object) -> bytes:
+    """An update handler's result as recorded, checked against the update's ``result_type``."""
+    return convert(
+        value,
+        getattr(update, "result_type", Any),
+        what=f"the result of update '{update.name}'",
+        declare=f"declare the update's result type: fusee.update('{update.name}', ..., result_type={{type}})",
+    )
+
+
+def query_answer(query: Any, value: object) -> Any:
+    """A query handler's answer as the caller gets it: a copy converted to the query's ``result_type``.
+
+    A copy (through JSON), so that later changes of the workflow's state do
+    not show through; checked like a recorded value (see :func:`convert`).
+    """
+    tp = getattr(query, "result_type", Any)
+    data = convert(
+        value,
+        tp,
+        what=f"the answer to query '{query.name}'",
+        declare=f"declare the query's result type: fusee.query('{query.name}', result_type={{type}})",
+    )
+    return decode(data, tp)
+
+
+def retype(value: object, tp: object) -> Any:
+    """A plain JSON ``value`` (an untyped decode's) converted to ``tp``, as decoding its bytes as ``tp`` would."""
+    if is_undeclared(tp):
+        return value
+    return decode(encode(value), tp)
+
+
+def encode_step_result(op: Any, value: object) -> bytes:
+    """A step's result as recorded, checked against its declared type.
+
+    ``op`` has the step's ``name`` and its ``type`` (``result_type=``, else the
+    function's return annotation, else ``Any``); see :func:`convert`.
+    """
+    name = getattr(op, "name", "")
+    return convert(
+        value,
+        getattr(op, "type", Any),
+        what=f"the result of step '{name}'",
+        declare=f"pass result_type={{type}} to ctx.step('{name}', ...) or annotate the step function's return type",
+    )
+
+
 # --- annotations --------------------------------------------------------------
 
 
@@ -205,6 +412,29 @@ def type_hints_of(fn: Callable[..., Any]) -> tuple[list[object], object]:
     positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
     params = [resolve(p.name, p.annotation) for p in signature.parameters.values() if p.kind in positional]
     return params, resolve("return", signature.return_annotation)
+
+
+def return_type_of(fn: Callable[..., Any]) -> Any:
+    """The type ``fn``'s return annotation names, or ``Any`` (none, or one that does not resolve).
+
+    Sees through ``functools.partial``, bound methods and callable objects.
+    Only the return annotation is resolved when another one does not (a
+    parameter typed with a name imported only for type checkers).
+    """
+    target = _annotated_function(fn)
+    if isinstance(target, type):
+        return Any  # a class called as a step: its annotations are its fields
+    try:
+        return typing.get_type_hints(target).get("return", Any)
+    except Exception:
+        pass
+    raw = getattr(target, "__annotations__", {}).get("return", Any)
+    if not isinstance(raw, str):
+        return raw
+    try:
+        return eval(raw, getattr(target, "__globals__", {}))  # as get_type_hints does, for this one
+    except Exception:
+        return Any
 
 
 # --- errors -------------------------------------------------------------------

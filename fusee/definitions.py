@@ -22,17 +22,19 @@ class SignalDef(Generic[T]):
 
 @dataclasses.dataclass(frozen=True)
 class QueryDef:
-    """A named query; declare with :func:`query`."""
+    """A named query whose answers are of ``result_type``; declare with :func:`query`."""
 
     name: str
+    result_type: Any = Any
 
 
 @dataclasses.dataclass(frozen=True)
 class UpdateDef(Generic[T]):
-    """A named update taking an argument of ``arg_type``; declare with :func:`update`."""
+    """A named update taking an argument of ``arg_type`` and answering ``result_type``; declare with :func:`update`."""
 
     name: str
     arg_type: Any = Any
+    result_type: Any = Any
 
 
 def _check_name(kind: str, name: object) -> str:
@@ -46,14 +48,23 @@ def signal(name: str, type: Any = Any) -> SignalDef[Any]:
     return SignalDef(_check_name("signal", name), type)
 
 
-def query(name: str) -> QueryDef:
-    """Declares a query: ``status = fusee.query("status")``."""
-    return QueryDef(_check_name("query", name))
+def query(name: str, result_type: Any = Any) -> QueryDef:
+    """Declares a query: ``status = fusee.query("status", result_type=Status)``.
+
+    Callers get answers converted to ``result_type``; without one, answers
+    must be plain JSON (see :func:`fusee.codec.convert`).
+    """
+    return QueryDef(_check_name("query", name), result_type)
 
 
-def update(name: str, arg_type: Any = Any) -> UpdateDef[Any]:
-    """Declares an update: ``add = fusee.update("add", int)``."""
-    return UpdateDef(_check_name("update", name), arg_type)
+def update(name: str, arg_type: Any = Any, result_type: Any = Any) -> UpdateDef[Any]:
+    """Declares an update: ``add = fusee.update("add", int, result_type=int)``.
+
+    Arguments are checked against ``arg_type`` before anything is recorded;
+    handler results are recorded as ``result_type`` and callers get them
+    converted to it. Where a type is not given, values must be plain JSON.
+    """
+    return UpdateDef(_check_name("update", name), arg_type, result_type)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,9 +112,39 @@ def workflow(name: str | None = None, *, version: int = 1) -> Callable[[Callable
         try:
             hints = typing.get_type_hints(fn)
         except Exception:
+            # Some annotation does not resolve (``ctx: Ctx`` imported only for
+            # type checkers, say): resolve the two that type values one by one.
             hints = {}
-        input_type = hints.get(params[1].name, Any) if len(params) == 2 else type(None)
-        result_type = hints.get("return", Any)
+        if len(params) == 2:
+            input_type = _annotation(wname, fn, hints, params[1].name, params[1].annotation)
+        else:
+            input_type = type(None)
+        result_type = _annotation(wname, fn, hints, "return", inspect.signature(fn).return_annotation)
         return WorkflowDef(wname, fn, version, input_type, result_type, len(params) == 2)
 
     return wrap
+
+
+def _annotation(workflow: str, fn: Callable[..., Any], hints: dict[str, Any], name: str, raw: Any) -> Any:
+    """The type an input or result annotation names (``Any`` when there is none).
+
+    A string annotation that names nothing resolvable is an error now, not a
+    silent ``Any``: the type decides how recorded values convert back.
+    """
+    if name in hints:
+        return hints[name]
+    if raw is inspect.Parameter.empty or raw is inspect.Signature.empty:
+        return Any
+    if not isinstance(raw, str):
+        return raw
+    try:
+        return eval(raw, getattr(fn, "__globals__", {}))  # what get_type_hints does for one annotation
+    except Exception as error:
+        from fusee.errors import SerializationError
+
+        what = "result" if name == "return" else f"input '{name}'"
+        raise SerializationError(
+            f"workflow '{workflow}': the annotation {raw!r} of its {what} does not resolve ({error}); "
+            "annotations are evaluated in the function's module, so define or import the type at "
+            "module level"
+        ) from None

@@ -97,7 +97,28 @@ class ShardCountMismatch(StorageError):
 
 
 class NotFound(FuseeError):
-    """No workflow run with that ID exists."""
+    """No workflow with that ID exists (never started, or forgotten after its retention)."""
+
+
+class WorkflowEnded(FuseeError):
+    """The workflow's run has ended: it takes no more signals, updates, cancels, terminates or resumes.
+
+    ``workflow_id`` names it and ``status`` says how it ended ("ok",
+    "failed", "cancelled", "terminated", ...). Its result stays available
+    (``result()``) and its queries are answered until its retention ends
+    (then the ID is :class:`NotFound`). To run the ID again, start it with
+    ``if_finished="start"``.
+    """
+
+    def __init__(self, workflow_id: str, status: str, action: str = "") -> None:
+        self.workflow_id = workflow_id
+        self.status = status
+        refused = f"{action} refused: " if action else ""
+        super().__init__(
+            f"{refused}workflow '{workflow_id}' has ended ({status}) and takes no more signals, "
+            "updates, cancels, terminates or resumes. Its result() and queries stay available; "
+            "to run the ID again, start it with if_finished='start'"
+        )
 
 
 class AlreadyExists(FuseeError):

@@ -308,3 +308,75 @@ def test_pydantic_models_round_trip() -> None:
     assert decode(encode([value]), list[Item]) == [value]
     with pytest.raises(SerializationError, match=r"qty[\s\S]*\$\.items\[0\]"):
         decode(b'{"items": [{"name": "pen", "qty": "many"}], "when": "2024-01-01T00:00:00Z"}', Cart)
+
+
+# --- convert: checked before recording ------------------------------------------
+
+
+def test_convert_checks_against_the_declared_type() -> None:
+    from fusee.codec import convert
+
+    assert decode(convert(ORDER, Order, what="v", declare="{type}"), Order) == ORDER
+    assert convert(3, float, what="v", declare="{type}") == b"3"
+    for value, tp in (("5", int), (True, int), ({"sku": "a"}, Line), (1, type(None))):
+        with pytest.raises(SerializationError, match=r"the value does not convert to its declared type"):
+            convert(value, tp, what="the value", declare="{type}")
+
+
+@pytest.mark.parametrize(
+    "value",
+    [None, True, 1, 2**70, -0.5, "s", [1, [2, {"a": None}]], {"k": {"n": [1.5, "x"]}}],
+)
+def test_convert_accepts_plain_json_where_nothing_is_declared(value: object) -> None:
+    from fusee.codec import convert
+
+    data = convert(value, Any, what="v", declare="{type}")
+    assert decode(data) == value
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        (b"x", "is bytes, which would come back as str: .*declare bytes"),
+        ((1,), "is tuple, which would come back as list"),
+        ({1, 2}, "is set, which would come back as list"),
+        (frozenset(), "is frozenset"),
+        (Color.RED, "is tests.test_codec.Color|Color, which would come back as str"),
+        (Level.LOW, "Level, which would come back as int"),
+        (ORDER, "Order, which would come back as dict"),
+        (Point(1, 2), "Point, which would come back as list"),
+        (Decimal("1"), "Decimal, which would come back as str"),
+        ([1, {"a": uuid.UUID(int=1)}], r"holds uuid.UUID at \[1\]\['a'\].*declare list\[\.\.\.\]"),
+        ({1: "a"}, r"holds int at \[1\] \(a key\), which would come back as str"),
+        (float("nan"), "JSON cannot hold"),
+        ([float("inf")], r"holds inf at \[0\]"),
+    ],
+)
+def test_convert_refuses_untyped_values_that_would_change_type(value: object, message: str) -> None:
+    from fusee.codec import convert
+
+    with pytest.raises(SerializationError, match=message):
+        convert(value, Any, what="the value", declare="declare {type}")
+
+
+class _Priced:
+    def __call__(self, info: NotImported) -> Decimal:  # type: ignore[name-defined] # noqa: F821
+        return Decimal(1)
+
+    def method(self, x: int) -> Point:
+        return Point(x, x)
+
+
+def _quote(info: NotImported, n: int) -> Line:  # type: ignore[name-defined] # noqa: F821
+    return Line("a", n, Decimal(1))
+
+
+def test_return_type_of_sees_through_wrappers_and_unresolvable_parameters() -> None:
+    from fusee.codec import return_type_of
+
+    assert return_type_of(_quote) is Line  # the parameter's annotation does not resolve
+    assert return_type_of(functools.partial(_quote, None)) is Line
+    assert return_type_of(_Priced()) is Decimal
+    assert return_type_of(_Priced().method) is Point
+    assert return_type_of(lambda: 1) is Any
+    assert return_type_of(Point) is Any

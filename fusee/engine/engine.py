@@ -20,8 +20,10 @@ from fusee import codec, sabotage
 from fusee.core import records as rec
 from fusee.definitions import QueryDef, SignalDef, UpdateDef, WorkflowDef
 from fusee.durations import to_ms
+from fusee.engine import periodic
 from fusee.errors import EngineClosed, FuseeError, LogFailed, WrongEventLoop
 from fusee.retry import Retry
+from fusee.runtime import ended
 from fusee.runtime.context import Duration
 from fusee.runtime.env import DEFAULT_STEP_THREADS, Env, RealEnv
 from fusee.runtime.runtime import IF_FINISHED, IF_RUNNING, Runtime, dedup_key
@@ -153,6 +155,7 @@ class Engine:
         segment_bytes: int = 64 << 20,
         blob_threshold: int = 256 << 10,
         checkpoint_every: int = 200_000,
+        checkpoint_interval: float | None = None,
         park_after: float | None = 60.0,
         max_loaded: int | None = None,
         retention: float | None = None,
@@ -166,6 +169,10 @@ class Engine:
         damaged before its tail by truncating it at the damage (it loses what
         followed). Raises :class:`fusee.errors.DirectoryLocked` if another
         process holds the directory.
+
+        A checkpoint is written every ``checkpoint_every`` records and, with
+        ``checkpoint_interval`` (seconds), also that often while records were
+        appended since the last one: either bounds what the next open reads.
         """
         return _Opening(
             cls._open(
@@ -180,6 +187,7 @@ class Engine:
                 segment_bytes=segment_bytes,
                 blob_threshold=blob_threshold,
                 checkpoint_every=checkpoint_every,
+                checkpoint_interval=checkpoint_interval,
                 park_after=park_after,
                 max_loaded=max_loaded,
                 retention=retention,
@@ -201,6 +209,7 @@ class Engine:
         segment_bytes: int,
         blob_threshold: int,
         checkpoint_every: int,
+        checkpoint_interval: float | None,
         park_after: float | None,
         max_loaded: int | None,
         retention: float | None,
@@ -216,6 +225,7 @@ class Engine:
             registry[w.name] = w
         if not isinstance(checkpoint_every, int) or checkpoint_every < 1:
             raise ValueError(f"checkpoint_every must be a positive int, got {checkpoint_every!r}")
+        interval = periodic.check_interval(checkpoint_interval)
         if shards is not None and (not isinstance(shards, int) or isinstance(shards, bool) or shards < 1):
             raise ValueError(f"shards must be a positive int, got {shards!r}")
         if retry is not None and not isinstance(retry, Retry):
@@ -275,7 +285,17 @@ class Engine:
         self._rt.load((shard, lsn, rec.decode(data)) for shard, lsn, data in recovery.records)
         self.recovered_records = len(recovery.records)
         self._rt.resume_all()
+        if interval is not None:
+            periodic.every(self._rt.loop, interval, self._periodic_checkpoint)
         return self
+
+    def _periodic_checkpoint(self) -> bool:
+        """One tick of ``checkpoint_interval``: False once the engine is closed (the ticks stop)."""
+        if self._closed:
+            return False
+        if self._rt.appended_since_checkpoint():
+            self._rt.checkpoint()
+        return True
 
     # --- helpers ---------------------------------------------------------
 
@@ -364,7 +384,7 @@ class Engine:
             raise ValueError(f"if_finished must be one of {IF_FINISHED}, got {if_finished!r}")
         if not wdef.takes_input and input is not None:
             raise TypeError(f"workflow '{wdef.name}' takes no input, got {type(input).__name__}")
-        payload = codec.encode(input)
+        payload = codec.encode_input(wdef, input)
         st, lsn, _ = self._rt.start_workflow(
             wdef, wid, payload, if_running=if_running, if_finished=if_finished, deadline_ms=deadline_ms
         )
@@ -419,7 +439,7 @@ class Engine:
         if not isinstance(signal, SignalDef):
             raise TypeError(f"signal takes a signal made with fusee.signal(...), got {signal!r}")
         wid = self._check_id(workflow_id)
-        payload = codec.encode(value)
+        payload = codec.encode_signal(signal, value)
         key = _dedup(dedup_key)
         st = self._rt.current(wid)
         lsn = self._rt.signal(wid, signal.name, payload, key, None)
@@ -428,6 +448,10 @@ class Engine:
     async def query(self, workflow_id: str, query: QueryDef, arg: Any = None) -> Any:
         """Answers ``query`` from the run's state, once that state is durable.
 
+        An ended run is answered too, until its retention ends: its code is
+        gone, so its journal is replayed (read-only: nothing is recorded, no
+        step runs) to rebuild the handler's state as it ended.
+
         Answers to queries of one run are released in the order the queries
         were asked, so a later answer never shows an older state than an
         earlier one.
@@ -435,7 +459,13 @@ class Engine:
         self._check_open()
         if not isinstance(query, QueryDef):
             raise TypeError(f"query takes a query made with fusee.query(...), got {query!r}")
-        run = self._rt.running_run(self._check_id(workflow_id))
+        wid = self._check_id(workflow_id)
+        st = self._rt.current(wid)
+        if not st.running:
+            # The run ended: its code is gone, a read-only replay answers (during retention).
+            await self._durable(st.shard, st.done_lsn)
+            return ended.answer_query(self._rt, st, query, arg)
+        run = self._rt.running_run(wid)
         answer = run.answer_query(query, arg)
         earlier = run.last_answer
         mine: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -464,7 +494,7 @@ class Engine:
         if not isinstance(update, UpdateDef):
             raise TypeError(f"update takes an update made with fusee.update(...), got {update!r}")
         run = self._rt.running_run(self._check_id(workflow_id))
-        payload = codec.encode(arg)
+        payload = codec.encode_update_arg(update, arg)
         uid = update_id if update_id is not None else self._env.rng.getrandbits(128).to_bytes(16, "big").hex()
         if not isinstance(uid, str) or not uid:
             raise TypeError("update_id must be a non-empty string")
@@ -473,20 +503,20 @@ class Engine:
             await self._durable(run.shard, run.machine.gate)
             status, result = done
             if status == rec.Status.OK:
-                return codec.decode(result)
+                return codec.decode(result, update.result_type)
             from fusee.errors import UpdateFailed
 
             info = codec.decode_error(result)
             raise UpdateFailed(f"update handler failed: {info.type}: {info.message}")
         inflight = run.update_inflight.get(uid)
         if inflight is not None:
-            return await asyncio.shield(inflight)
+            return codec.retype(await asyncio.shield(inflight), update.result_type)
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         if run.attach_update(uid, fut):
             # Accepted before (perhaps in an earlier life) and still running: wait for its answer.
-            return await fut
+            return codec.retype(await fut, update.result_type)
         run.offer_update(update.name, uid, payload, fut)
-        return await fut
+        return codec.retype(await fut, update.result_type)
 
     async def cancel(self, workflow_id: str, reason: str = "") -> None:
         """Requests cancellation; returns once the request is durable.

@@ -442,7 +442,7 @@ class Run:
                 if exc is None:
                     status = rec.Status.OK
                     try:
-                        payload = codec.encode(task.result())
+                        payload = codec.encode_result(self.wdef, task.result())
                     except SerializationError as e:
                         status, payload = rec.Status.FAILED, codec.encode_error(e, traceback=self.rt.tracebacks)
                 elif isinstance(exc, ContinueAsNew):
@@ -664,7 +664,7 @@ class Run:
                 f"close_policy must be one of {sorted(_CLOSE_POLICIES)}, got {close_policy!r}"
             )
         self.rt.check_registered(workflow)
-        payload = codec.encode(input)
+        payload = codec.encode_input(workflow, input)
         flags = int(policy) | (rec.DETACHED if detached else 0)
         deadline = self.rt.env.now_ms() + to_ms(timeout) if timeout is not None else 0
         try:
@@ -690,7 +690,7 @@ class Run:
         self._check()
         if not isinstance(signal, SignalDef):
             raise TypeError(f"signal_workflow takes a signal made with fusee.signal(...), got {signal!r}")
-        payload = codec.encode(value)
+        payload = codec.encode_signal(signal, value)
         try:
             seq, r = self.machine.send(target, signal.name, payload)
         except DeterminismError as e:
@@ -751,7 +751,7 @@ class Run:
 
     def op_continue_as_new(self, input: Any) -> Awaitable[None]:
         self._check()
-        raise ContinueAsNew(codec.encode(input))
+        raise ContinueAsNew(codec.encode_input(self.wdef, input))
 
     # --- queries and updates -------------------------------------------------
 
@@ -831,14 +831,16 @@ class Run:
                 self._fail_determinism(e)
                 return
         self.update_ids[ordinal] = n.id
-        self.loop.create_task(self._run_update(ordinal, n.id, handler, arg))
+        self.loop.create_task(self._run_update(ordinal, n.id, handler, arg, udef))
 
-    async def _run_update(self, ordinal: int, update_id: str, handler: Callable[..., Any], arg: Any) -> None:
+    async def _run_update(
+        self, ordinal: int, update_id: str, handler: Callable[..., Any], arg: Any, udef: UpdateDef[Any]
+    ) -> None:
         try:
             result = handler(arg)
             if inspect.isawaitable(result):
                 result = await result
-            status, payload = rec.Status.OK, codec.encode(result)
+            status, payload = rec.Status.OK, codec.encode_update_result(udef, result)
         except (ContinueAsNew, DeterminismError, NondeterministicCall):
             raise
         except Exception as e:
@@ -863,17 +865,12 @@ class Run:
                 f"(handlers: {sorted(self.query_handlers) or 'none'})"
             )
         value = handler(arg) if takes_argument(handler) else handler()
-        # A snapshot in plain values, so later changes of the state do not show through.
-        return codec.decode(codec.encode(value))
+        # A copy through JSON, so later changes of the state do not show through.
+        return codec.query_answer(query, value)
 
 
 def _return_type(fn: Callable[..., Any]) -> Any:
-    try:
-        import typing
-
-        return typing.get_type_hints(fn).get("return", Any)
-    except Exception:
-        return Any
+    return codec.return_type_of(fn)
 
 
 def _reason(payload: bytes) -> str:

@@ -28,6 +28,7 @@ from fusee.errors import (
     NotFound,
     UnknownWorkflow,
     UpdateFailed,
+    WorkflowEnded,
 )
 from fusee.retry import Retry
 from fusee.runtime.env import Env
@@ -166,6 +167,10 @@ class Runtime:
             self._checkpoint_scheduled = True
             self.loop.call_soon(self.checkpoint)
         return self.committer.append(shard, rec.encode(r))  # type: ignore[no-any-return]
+
+    def appended_since_checkpoint(self) -> bool:
+        """Whether records were appended since the last checkpoint (else one would change nothing)."""
+        return self._since_checkpoint > 0
 
     def checkpoint(self) -> None:
         """Writes a checkpoint of every workflow: recovery then reads only the log after it."""
@@ -624,7 +629,7 @@ class Runtime:
         if run is None:
             if wid in self.stuck:
                 raise NotFound(f"workflow '{wid}' is stopped: {self.stuck[wid]}")
-            raise NotFound(f"workflow '{wid}' is not running (it ended {st.status.name.lower() if st.status is not None else ''})")
+            raise WorkflowEnded(wid, st.status.name.lower() if st.status is not None else "ended")
         return run
 
     def signal(self, wid: str, name: str, payload: bytes, dedup: int, by: bytes | None) -> int:
@@ -638,7 +643,7 @@ class Runtime:
     def terminate(self, wid: str, reason: str, by: bytes | None) -> int:
         st = self.current(wid)
         if not st.running:
-            raise NotFound(f"workflow '{wid}' is not running")
+            raise WorkflowEnded(wid, st.status.name.lower() if st.status is not None else "ended", "terminate")
         return self.end_run(wid, rec.Status.TERMINATED, reason, by)
 
     def end_run(self, wid: str, status: rec.Status, reason: str, by: bytes | None) -> int:

@@ -249,7 +249,7 @@ class StepRunner:
             self._settle(run, seq)
             return
         try:
-            status, payload = rec.Status.OK, codec.encode(value)
+            status, payload = rec.Status.OK, codec.encode_step_result(run.ops.get(seq), value)
         except SerializationError as e:
             status, payload = rec.Status.FAILED, codec.encode_error(e, traceback=self.rt.tracebacks)
         self._complete(run, seq, status, payload)

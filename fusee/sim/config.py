@@ -47,6 +47,7 @@ class SimConfig:
     clock_jump_ms: int = 0
     #: Engine knobs, handed to ``Engine.open`` when it accepts them.
     park_after_ms: int | None = None
+    #: Virtual ms between the engine's periodic checkpoints (``checkpoint_interval``).
     checkpoint_interval_ms: int = 100
     #: Records between checkpoints.
     checkpoint_every: int = 200_000

@@ -29,6 +29,8 @@ class Report:
     #: Runs the engine replayed from their journal (after a crash or a park).
     replays: int = 0
     parked: int = 0
+    #: Checkpoints the engine wrote (by record count or by ``checkpoint_interval_ms``).
+    checkpoints: int = 0
     reads_rerun: int = 0
     service_calls: int = 0
     transient_failures: int = 0
@@ -55,6 +57,7 @@ COVERAGE = (
     "flush_failures",
     "torn_tails",
     "replays",
+    "checkpoints",
     "reads_rerun",
     "transient_failures",
     "signals",

@@ -78,7 +78,8 @@ _CLIENT, _CRASH, _RESTART = "client", "crash", "restart"
 # Errors after which a request is retried (the engine was not able to take it now).
 _RETRYABLE: tuple[type[BaseException], ...] = (errors.Busy, errors.EngineClosed, errors.StorageError)
 # Errors that say there is nothing to deliver to (the run ended or never existed).
-_NOTHING_THERE: tuple[type[BaseException], ...] = (errors.NotFound, errors.WorkflowFailed,
+_NOTHING_THERE: tuple[type[BaseException], ...] = (errors.NotFound, errors.WorkflowEnded,
+                                                   errors.WorkflowFailed,
                                                    errors.Cancelled, errors.QueryFailed)
 
 
@@ -579,12 +580,12 @@ class World:
         self._add_engine_stats()
 
     def _add_engine_stats(self) -> None:
-        """Adds the engine's counters of this life (replays, parks) to the report."""
+        """Adds the engine's counters of this life (replays, parks, checkpoints) to the report."""
         stats = getattr(self.engine, "stats", None)
         if callable(stats):
             stats = stats()
         if isinstance(stats, dict):
-            for name in ("replays", "parked"):
+            for name in ("replays", "parked", "checkpoints"):
                 value = stats.get(name, 0)
                 if isinstance(value, int):
                     setattr(self.report, name, getattr(self.report, name) + value)

@@ -92,7 +92,7 @@ async def main() -> None:
                     try:
                         await engine.signal(f"wait-{i}", go, k, dedup_key=f"{i}-{k}")
                         emit(ack_signal=f"wait-{i}", value=k)
-                    except fusee.NotFound:
+                    except (fusee.NotFound, fusee.WorkflowEnded):
                         pass
             results = {}
             for i in range(N):

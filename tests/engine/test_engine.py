@@ -278,7 +278,7 @@ def test_terminate_ends_a_run_without_its_code() -> None:
             with pytest.raises(fusee.WorkflowTerminated):
                 await h.result()
             assert engine.describe("t-1").status == "terminated"
-            with pytest.raises(fusee.NotFound):
+            with pytest.raises(fusee.WorkflowEnded):
                 await h.signal(approve, 1)
 
     run(main())

@@ -1,0 +1,143 @@
+"""Queries of ended runs: a read-only replay of the journal rebuilds the handlers' state.
+
+A run's code leaves memory when it ends, and with it the state its query
+handlers read. Rather than keep every ended run's objects alive for its whole
+retention (and lose them at a restart anyway), a query of an ended run replays
+the journal without its ``Done`` record on a throw-away run that can act on
+nothing: no record is appended, no step, timer, child or message is started.
+The code runs to where it ended, its handlers registered as they were, and the
+query is answered from there. The last few replayed runs are kept (their state
+cannot change any more), so repeated queries of one ended run replay it once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections import OrderedDict
+from typing import TYPE_CHECKING, Any
+
+from fusee.core import journal as jm
+from fusee.core import records as rec
+from fusee.definitions import QueryDef
+from fusee.errors import DeterminismError, QueryFailed
+from fusee.runtime.run import Run
+
+if TYPE_CHECKING:
+    from fusee.runtime.runtime import Runtime, WorkflowState
+
+
+def _ignored(*args: Any, **kwargs: Any) -> None:
+    return None
+
+
+class _ReadOnlyEnv:
+    """The Env with randomness of its own: a replay must not draw from the engine's generator."""
+
+    def __init__(self, env: Any) -> None:
+        self._env = env
+        self.rng = random.Random(0)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._env, name)
+
+
+class _ReadOnlyRuntime:
+    """The runtime as a read-only replay sees it: its clock and settings, and no way to act.
+
+    Whatever else a run asks of the runtime (append, run a step, arm a timer,
+    start a child, send a message, report an ending) does nothing.
+    """
+
+    def __init__(self, rt: Runtime) -> None:
+        self._rt = rt
+        self.env = _ReadOnlyEnv(rt.env)
+        self.loop = rt.loop
+        self.tracebacks = rt.tracebacks
+        self.default_retry = rt.default_retry
+        self.workflows = rt.workflows
+
+    def check_registered(self, workflow: Any) -> Any:
+        return self._rt.check_registered(workflow)
+
+    def __getattr__(self, name: str) -> Any:
+        # Plain settings and flags read through; anything that could act (a
+        # method, an object with methods) is replaced by a no-op.
+        value = getattr(self._rt, name, None)
+        if value is None or isinstance(value, bool | int | float | str):
+            return value
+        return _ignored
+
+
+class _ReplayRun(Run):
+    """A run replaying a finished journal: nothing it does is recorded or acted upon."""
+
+    def append(self, r: rec.Record) -> int:
+        # Past its journal (a terminated run was cut short) the code just waits
+        # for operations that never complete: the state is the one it ended with.
+        return self.machine.gate
+
+    def deliver_cancel_if_settled(self) -> None:
+        # A cancel requested but never delivered must not run compensation code here:
+        # the state to answer from is the one the run ended with.
+        return
+
+    def _finish(self, task: asyncio.Task[Any]) -> None:
+        self.finished = True
+        if not task.cancelled():
+            task.exception()  # retrieved: how it ended is already recorded
+
+
+#: Replayed ended runs kept per runtime, most recently queried last: a dashboard
+#: polling a finished run replays it once, not at every poll.
+REPLAYS_KEPT = 16
+_KEPT_ATTR = "_ended_replays"
+
+
+def answer_query(rt: Runtime, st: WorkflowState, query: QueryDef, arg: Any) -> Any:
+    """The answer of ``query`` for the ended run ``st``, from a read-only replay of its journal.
+
+    Raises :class:`QueryFailed` when its workflow type is not registered,
+    when the code no longer matches the journal, or when no handler answers.
+    """
+    # Kept on the runtime itself, so they go with it.
+    kept: OrderedDict[tuple[str, int], _ReplayRun] | None = getattr(rt, _KEPT_ATTR, None)
+    if kept is None:
+        kept = OrderedDict()
+        setattr(rt, _KEPT_ATTR, kept)
+    key = (st.id, st.run_id)
+    run = kept.get(key)
+    if run is None:
+        run = _replay(rt, st)
+        kept[key] = run
+        while len(kept) > REPLAYS_KEPT:
+            _, old = kept.popitem(last=False)
+            old.kill()
+    kept.move_to_end(key)
+    return run.answer_query(query, arg)
+
+
+def _replay(rt: Runtime, st: WorkflowState) -> _ReplayRun:
+    wdef = rt.workflows.get(st.wtype)
+    if wdef is None:
+        raise QueryFailed(
+            f"workflow '{st.id}' ended and its type '{st.wtype}' is not registered: open the engine "
+            "with it in workflows=[...] to query it (its state is rebuilt by replaying its journal)"
+        )
+    journal, lsns = rt.journal_of(st)
+    journal, lsns = list(journal), list(lsns)
+    if journal and type(journal[-1]) is rec.Done:
+        journal.pop()
+        lsns.pop()
+    try:
+        machine = jm.RunMachine.from_journal(journal, lsns[-1] if lsns else 0)
+    except DeterminismError as e:
+        raise QueryFailed(f"workflow '{st.id}' ended; its journal cannot be replayed to answer: {e}") from e
+    run = _ReplayRun(_ReadOnlyRuntime(rt), st.shard, wdef, machine, journal, lsns)  # type: ignore[arg-type]
+    run.start()
+    if run.stuck is not None:
+        run.kill()
+        raise QueryFailed(
+            f"workflow '{st.id}' ended; replaying its journal to answer the query failed: {run.stuck}"
+        )
+    return run
