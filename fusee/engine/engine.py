@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import datetime
 import logging
 import os
 import random
@@ -38,7 +39,7 @@ MEMORY_PATH = "/fusee-memory"
 DEFAULT_CLOSE_GRACE = 10.0
 
 T = TypeVar("T")
-log = logging.getLogger("fusee")
+logger = logging.getLogger("fusee")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,6 +52,16 @@ class RunSummary:
     #: "running", "stuck", or how it ended: "ok", "failed", "cancelled", "terminated", ...
     status: str
     shard: int
+    #: Why the run is stuck (status "stuck"), else None.
+    stuck_reason: str | None = None
+    #: The highest attempt number among its unfinished steps that failed before (0: none).
+    attempt: int = 0
+    #: The latest failed attempt's error ("Type: message") among its unfinished steps.
+    last_error: str | None = None
+    #: When the next retry of a failed step is due (UTC), if one waits.
+    next_retry: datetime.datetime | None = None
+    #: Steps whose retries ran out and wait for ``engine.resume``.
+    paused_steps: tuple[str, ...] = ()
 
 
 class RunHandle:
@@ -285,6 +296,10 @@ class Engine:
         self._rt.load((shard, lsn, rec.decode(data)) for shard, lsn, data in recovery.records)
         self.recovered_records = len(recovery.records)
         self._rt.resume_all()
+        logger.info(
+            "opened %s: %d records read after the checkpoint; %d workflows, %d loaded, %d stuck",
+            dir_path, self.recovered_records, len(self._rt.wf), self._rt.loaded_runs, len(self._rt.stuck),
+        )
         if interval is not None:
             periodic.every(self._rt.loop, interval, self._periodic_checkpoint)
         return self
@@ -589,19 +604,27 @@ class Engine:
     def describe(self, workflow_id: str) -> RunSummary:
         """The workflow's summary. Raises :class:`fusee.NotFound` for an unknown ID."""
         st = self._rt.current(self._check_id(workflow_id))
-        return self._summary(st)
+        return self._summary(st, detail=True)
 
-    def _summary(self, st: Any) -> RunSummary:
-        if st.id in self._rt.stuck:
+    def _summary(self, st: Any, detail: bool = False) -> RunSummary:
+        stuck = self._rt.stuck.get(st.id)
+        if stuck is not None:
             status = "stuck"
         elif st.status is None or st.status == rec.Status.CONTINUED:
             status = "running"
         else:
             status = st.status.name.lower()
-        return RunSummary(st.id, st.run_id, st.wtype, status, st.shard)
+        summary = RunSummary(st.id, st.run_id, st.wtype, status, st.shard, stuck_reason=stuck)
+        if detail and st.running:
+            summary = dataclasses.replace(summary, **_retry_view(self._rt.journal_of(st)[0]))
+        return summary
 
     def runs(self) -> list[RunSummary]:
-        """Every workflow the engine knows, in the order they were first seen."""
+        """Every workflow the engine knows, in the order they were first seen.
+
+        The retry fields (``attempt``, ``last_error``, ``next_retry``,
+        ``paused_steps``) are filled by :meth:`describe` only.
+        """
         return [self._summary(st) for st in self._rt.wf.values()]
 
     def stuck(self) -> dict[str, str]:
@@ -650,7 +673,7 @@ class Engine:
             try:
                 await asyncio.wait_for(rt.steps.wait_idle(), grace_s)
             except TimeoutError:
-                log.warning("close: %d step function(s) still running after the %ss grace; "
+                logger.warning("close: %d step function(s) still running after the %ss grace; "
                             "they run again at the next open", rt.steps.executing, grace_s)
         rt.park_all()
         rt.closed = True
@@ -680,6 +703,33 @@ class Engine:
         self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
     ) -> None:
         await self.close()
+
+
+def _retry_view(journal: list[rec.Record]) -> dict[str, Any]:
+    """Failed attempts of the run's unfinished steps, from its journal."""
+    attempts: dict[int, rec.Attempt] = {}
+    for r in journal:
+        t = type(r)
+        if t is rec.Attempt:
+            assert isinstance(r, rec.Attempt)
+            attempts[r.seq] = r
+        elif t is rec.Step or t is rec.Resume:
+            attempts.pop(r.seq, None)  # type: ignore[union-attr]
+    if not attempts:
+        return {}
+    latest = list(attempts.values())[-1]
+    try:
+        info = codec.decode_error(latest.error)
+        last_error: str | None = f"{info.type}: {info.message}"
+    except FuseeError:
+        last_error = None
+    due = [a.retry_at_ms for a in attempts.values() if a.retry_at_ms != rec.PAUSED]
+    return {
+        "attempt": max(a.attempt for a in attempts.values()),
+        "last_error": last_error,
+        "next_retry": datetime.datetime.fromtimestamp(min(due) / 1000, tz=datetime.UTC) if due else None,
+        "paused_steps": tuple(a.name for a in attempts.values() if a.retry_at_ms == rec.PAUSED),
+    }
 
 
 def _existing_shards(storage: Any, path: str) -> int:

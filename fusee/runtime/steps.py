@@ -318,7 +318,9 @@ class StepRunner:
                     # No new attempt after a cancel: the step stays pending and the cancel covers it.
                     self._settle(run, seq)
                     return
-                err = codec.encode_error(e, traceback=self.rt.tracebacks)
+                # Attempts journal the error without its traceback: a step retrying
+                # for days must not fill the log; the final failure keeps it.
+                err = codec.encode_error(e, traceback=False)
                 retry = call.retry
                 if retry.should_retry(attempt, e):
                     retry_at = env.now_ms() + retry.delay_ms(attempt, env.rng.random())
@@ -341,7 +343,7 @@ class StepRunner:
                         run.pump()
                     self._settle(run, seq)
                     return
-                self._complete(run, seq, rec.Status.FAILED, err)
+                self._complete(run, seq, rec.Status.FAILED, codec.encode_error(e, traceback=self.rt.tracebacks))
                 return
             self._step_result(run, seq, value)
             return

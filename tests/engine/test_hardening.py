@@ -424,3 +424,46 @@ async def test_heartbeats_from_a_thread_coalesce_and_the_latest_survives() -> No
         beats = [r for r in await engine.journal("c-1") if isinstance(r, rec.Heartbeat)]
     assert attempts[0] is None and attempts[1] == 1999
     assert 1 <= len(beats) < 1000, f"{len(beats)} heartbeat records for 2000 calls"
+
+
+async def test_describe_shows_retries_and_paused_steps(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level("INFO", logger="fusee")
+    fail = {"flaky": True}
+
+    def flaky() -> str:
+        if fail["flaky"]:
+            raise ConnectionError("service down")
+        return "ok"
+
+    @fusee.workflow("retrier")
+    async def retrier(ctx: fusee.Ctx) -> str:
+        return str(await ctx.step("flaky", flaky, retry=fusee.Retry(attempts=None, initial="20ms",
+                                                                  max_interval="20ms")))
+
+    @fusee.workflow("pauser")
+    async def pauser(ctx: fusee.Ctx) -> str:
+        return str(await ctx.step("flaky", flaky, retry=fusee.Retry(attempts=2, initial="1ms",
+                                                                  pause_when_exhausted=True)))
+
+    async with fusee.Engine.open(workflows=[retrier, pauser]) as engine:
+        await engine.start(retrier, "r-1")
+        await until(lambda: engine.describe("r-1").attempt >= 2)
+        d = engine.describe("r-1")
+        assert d.status == "running"
+        assert d.last_error == "ConnectionError: service down"
+        assert d.next_retry is not None and d.paused_steps == ()
+        attempts = [r for r in await engine.journal("r-1") if isinstance(r, rec.Attempt)]
+        assert attempts and all(b"Traceback" not in a.error for a in attempts)
+
+        await engine.start(pauser, "p-1")
+        await until(lambda: engine.describe("p-1").paused_steps == ("flaky",))
+        assert engine.describe("p-1").next_retry is None
+        fail["flaky"] = False
+        await engine.resume("p-1")
+        assert await engine.get("p-1").result() == "ok"
+        assert engine.describe("p-1").paused_steps == ()
+        assert await engine.get("r-1").result() == "ok"
+    messages = [r.getMessage() for r in caplog.records if r.name == "fusee"]
+    assert any("retrying" in m for m in messages)
+    assert any("paused" in m for m in messages)
+    assert any(m.startswith("opened ") for m in messages)
