@@ -296,6 +296,7 @@ class Engine:
         self._rt.load((shard, lsn, rec.decode(data)) for shard, lsn, data in recovery.records)
         self.recovered_records = len(recovery.records)
         self._rt.resume_all()
+        self._rt.check_parked_code()
         logger.info(
             "opened %s: %d records read after the checkpoint; %d workflows, %d loaded, %d stuck",
             dir_path, self.recovered_records, len(self._rt.wf), self._rt.loaded_runs, len(self._rt.stuck),

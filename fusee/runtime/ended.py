@@ -141,3 +141,17 @@ def _replay(rt: Runtime, st: WorkflowState) -> _ReplayRun:
             f"workflow '{st.id}' ended; replaying its journal to answer the query failed: {run.stuck}"
         )
     return run
+
+
+def replay_read_only(
+    rt: Runtime, st: WorkflowState, wdef: Any, machine: jm.RunMachine,
+    journal: list[rec.Record], lsns: list[int],
+) -> Run:
+    """Replays ``st``'s journal on a throw-away run that can act on nothing.
+
+    The caller reads ``run.stuck`` (None: the code matches the journal) and
+    must ``kill()`` the run when done with it.
+    """
+    run = _ReplayRun(_ReadOnlyRuntime(rt), st.shard, wdef, machine, list(journal), list(lsns))  # type: ignore[arg-type]
+    run.start()
+    return run

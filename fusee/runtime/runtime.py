@@ -46,6 +46,7 @@ from fusee.runtime.timers import (
     WAKE,
     TimerQueue,
 )
+from fusee.runtime.verify import check_parked, code_fingerprint
 
 log = logging.getLogger("fusee")
 
@@ -86,6 +87,8 @@ class WorkflowState(msgspec.Struct, gc=False):
     outbox: bool = False
     #: A parked run's earliest timer or deadline (0: none).
     wake_ms: int = 0
+    #: Fingerprint of the code that last replayed the run (see ``fusee.runtime.verify``).
+    code: int = 0
 
     @property
     def running(self) -> bool:
@@ -153,6 +156,7 @@ class Runtime:
         self.stuck: dict[str, str] = {}
         self.stuck_errors: dict[str, FuseeError] = {}
         self._token = 0
+        self._codes: dict[str, int] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self.closed = False
         #: Closing: running step functions finish, no new one starts.
@@ -230,6 +234,25 @@ class Runtime:
             rid = self.env.rng.getrandbits(62) + 1
             if rid not in self.by_run:
                 return rid
+
+    def code_of(self, wtype: str) -> int:
+        """The fingerprint of the registered code of ``wtype`` (0 if not registered)."""
+        code = self._codes.get(wtype)
+        if code is None:
+            wdef = self.workflows.get(wtype)
+            code = self._codes[wtype] = code_fingerprint(wdef) if wdef is not None else 0
+        return code
+
+    def check_parked_code(self) -> None:
+        """Checks, in the background, the parked runs whose workflow code changed since they parked."""
+        stale = [
+            st for st in self.wf.values()
+            if st.packed is not None and st.status is None and st.id not in self.stuck
+            and st.wtype in self.workflows and st.code != self.code_of(st.wtype)
+        ]
+        if stale:
+            log.info("checking %d parked runs whose workflow code changed", len(stale))
+            self.spawn(check_parked(self, stale))
 
     def check_registered(self, wdef: WorkflowDef[Any, Any] | str) -> WorkflowDef[Any, Any]:
         name = wdef if isinstance(wdef, str) else getattr(wdef, "name", None)
@@ -342,6 +365,7 @@ class Runtime:
             return
         run = Run(self, st.shard, wdef, machine, st.journal, st.lsns)
         st.run = run
+        st.code = self.code_of(st.wtype)
         self.loaded_runs += 1
         if len(st.journal) > 1:
             self.stats["replays"] += 1
@@ -428,6 +452,7 @@ class Runtime:
         run = Run(self, st.shard, wdef, machine, st.journal, st.lsns)
         st.run = run
         st.packed = None
+        st.code = self.code_of(wdef.name)
         self.loaded_runs += 1
         self.stats["runs_started"] += 1
         run.start()
@@ -952,7 +977,7 @@ class Runtime:
             out.append(
                 CheckpointEntry(
                     st.id, st.shard, st.wtype, st.run_id, st.parent, status, wake, journal,
-                    self._has_outbox(st),
+                    self._has_outbox(st), st.code,
                 )
             )
         return msgspec.msgpack.encode(out)
@@ -980,6 +1005,7 @@ class Runtime:
             st.wtype = e.wtype
             st.run_id = e.run_id
             st.parent = e.parent
+            st.code = e.code
             self.wf[e.id] = st
             self.by_run[e.run_id] = st
             st.outbox = outbox

@@ -33,3 +33,6 @@ class CheckpointEntry(msgspec.Struct, array_like=True, gc=False):
     #: The journal holds children or messages to other workflows: at open they
     #: are checked (resent) without replaying the run.
     outbox: bool = False
+    #: Fingerprint of the workflow code that last replayed the run (0: unknown):
+    #: a parked run whose code changed since is checked at open.
+    code: int = 0

@@ -467,3 +467,43 @@ async def test_describe_shows_retries_and_paused_steps(caplog: pytest.LogCapture
     assert any("retrying" in m for m in messages)
     assert any("paused" in m for m in messages)
     assert any(m.startswith("opened ") for m in messages)
+
+
+async def test_changed_code_is_found_at_open_for_parked_runs(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level("INFO", logger="fusee")
+    go = fusee.signal("go", int)
+
+    def make(swapped: bool) -> fusee.WorkflowDef[Any, Any]:
+        # Two versions of the source: the second runs its steps in the other order.
+        if not swapped:
+            @fusee.workflow("twostep")
+            async def twostep(ctx: fusee.Ctx) -> int:
+                await ctx.step("a", lambda: 1)
+                await ctx.step("b", lambda: 2)
+                return int(await ctx.wait_for(go) or 0)
+        else:
+            @fusee.workflow("twostep")
+            async def twostep(ctx: fusee.Ctx) -> int:
+                await ctx.step("b", lambda: 2)
+                await ctx.step("a", lambda: 1)
+                return int(await ctx.wait_for(go) or 0)
+
+        return twostep
+
+    v1 = make(False)
+    async with fusee.Engine.open(tmp_path, workflows=[v1], park_after=0) as engine:
+        await engine.start(v1, "t-1")
+        await until(lambda: engine.stats["parked"] >= 1)
+    # The same code: nothing to check, the run stays parked.
+    async with fusee.Engine.open(tmp_path, workflows=[make(False)]) as engine:
+        await asyncio.sleep(0.05)
+        assert engine.stuck() == {}
+        assert not any("checking" in r.getMessage() for r in caplog.records)
+    # Steps swapped: found at open, without a signal waking the run.
+    async with fusee.Engine.open(tmp_path, workflows=[make(True)]) as engine:
+        await until(lambda: "t-1" in engine.stuck())
+        assert "determinism" in engine.stuck()["t-1"]
+        with pytest.raises(fusee.DeterminismError):
+            await asyncio.wait_for(engine.get("t-1").result(), 10)
