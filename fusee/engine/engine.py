@@ -27,7 +27,8 @@ from fusee.retry import Retry
 from fusee.runtime import ended
 from fusee.runtime.context import Duration
 from fusee.runtime.env import DEFAULT_STEP_THREADS, Env, RealEnv
-from fusee.runtime.runtime import IF_FINISHED, IF_RUNNING, Runtime, dedup_key
+from fusee.runtime.runtime import IF_FINISHED, IF_RUNNING, Runtime
+from fusee.runtime.table import dedup_key
 from fusee.runtime.wfloop import WorkflowLoop
 from fusee.storage.committer import GroupCommitter
 from fusee.storage.log import SharedLog

@@ -21,10 +21,12 @@ from fusee.core import journal as jm
 from fusee.core import records as rec
 from fusee.definitions import QueryDef
 from fusee.errors import DeterminismError, QueryFailed
+from fusee.retry import Retry
 from fusee.runtime.run import Run
 
 if TYPE_CHECKING:
-    from fusee.runtime.runtime import Runtime, WorkflowState
+    from fusee.runtime.runtime import Runtime
+    from fusee.runtime.table import WorkflowState
 
 
 def _ignored(*args: Any, **kwargs: Any) -> None:
@@ -52,10 +54,10 @@ class _ReadOnlyRuntime:
     def __init__(self, rt: Runtime) -> None:
         self._rt = rt
         self.env = _ReadOnlyEnv(rt.env)
-        self.loop = rt.loop
-        self.tracebacks = rt.tracebacks
-        self.default_retry = rt.default_retry
-        self.workflows = rt.workflows
+        self.loop: asyncio.AbstractEventLoop = rt.loop
+        self.tracebacks: bool = rt.tracebacks
+        self.default_retry: Retry = rt.default_retry
+        self.workflows: dict[str, Any] = rt.workflows
 
     def check_registered(self, workflow: Any) -> Any:
         return self._rt.check_registered(workflow)

@@ -42,7 +42,7 @@ from fusee.runtime.context import (
 from fusee.runtime.wfloop import WorkflowLoop
 
 if TYPE_CHECKING:
-    from fusee.runtime.runtime import Runtime
+    from fusee.runtime.host import RunHost
 
 #: Kinds of operations whose futures the run resolves.
 STEP, SLEEP, WAIT, CHILD, UPDATE = range(5)
@@ -140,7 +140,7 @@ class Run:
 
     def __init__(
         self,
-        rt: Runtime,
+        rt: RunHost,
         shard: int,
         wdef: WorkflowDef[Any, Any],
         machine: jm.RunMachine,

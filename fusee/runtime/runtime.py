@@ -10,12 +10,9 @@ group committer it was given.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 from collections.abc import Callable, Iterable
 from typing import Any
-
-import msgspec
 
 from fusee import codec, sabotage
 from fusee.core import journal as jm
@@ -31,11 +28,13 @@ from fusee.errors import (
     WorkflowEnded,
 )
 from fusee.retry import Retry
+from fusee.runtime import parking, recovery
 from fusee.runtime.env import Env
 from fusee.runtime.outcomes import workflow_error
 from fusee.runtime.run import Run, StepCall
-from fusee.runtime.snapshot import CheckpointEntry, pack, unpack
+from fusee.runtime.snapshot import unpack
 from fusee.runtime.steps import StepRunner
+from fusee.runtime.table import WorkflowState, dedup_key, shard_of
 from fusee.runtime.timers import (
     CHILD_DEADLINE,
     DEADLINE,
@@ -54,62 +53,6 @@ RUNNING, FINISHED = "running", "finished"
 
 IF_RUNNING = ("fail", "attach", "terminate")
 IF_FINISHED = ("fail", "attach", "start")
-
-
-class WorkflowState(msgspec.Struct, gc=False):
-    """What the engine knows of one workflow ID: its current run and how it ended.
-
-    Not tracked by Python's cycle collector (``gc=False``): an engine keeps
-    one per workflow, parked ones included, and a collector walking a million
-    of them on every full collection costs more than the rest of a start.
-    Nothing it references refers back to it; ``Runtime.close`` drops the table.
-    """
-
-    id: str
-    shard: int
-    wtype: str = ""
-    run_id: int = 0
-    parent: rec.ParentRef | None = None
-    journal: list[rec.Record] = msgspec.field(default_factory=list)
-    lsns: list[int] = msgspec.field(default_factory=list)
-    run: Run | None = None
-    #: How the current run ended (None while it runs).
-    status: rec.Status | None = None
-    payload: bytes = b""
-    done_lsn: int = 0
-    #: The ending is durable and is not a hand-over to a next run.
-    final: bool = False
-    #: Callers waiting for the result (made when the first one comes).
-    waiters: list[asyncio.Future[None]] | None = None
-    #: The journal, encoded, while no code of the run is in memory (parked or finished).
-    packed: bytes | None = None
-    #: The packed journal holds a child or a message to another workflow.
-    outbox: bool = False
-    #: A parked run's earliest timer or deadline (0: none).
-    wake_ms: int = 0
-    #: Fingerprint of the code that last replayed the run (see ``fusee.runtime.verify``).
-    code: int = 0
-
-    @property
-    def running(self) -> bool:
-        return self.status is None or self.status == rec.Status.CONTINUED
-
-
-_NO_RECORDS: list[rec.Record] = []
-_NO_LSNS: list[int] = []
-
-
-
-def shard_of(workflow_id: str, shards: int) -> int:
-    """The shard of a workflow ID: a stable hash (not Python's per-process ``hash``)."""
-    h = hashlib.blake2b(workflow_id.encode(), digest_size=8).digest()
-    return int.from_bytes(h, "little") % shards
-
-
-def dedup_key(text: str) -> int:
-    """A non-zero 63-bit key for a signal's deduplication text."""
-    h = int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little")
-    return (h >> 1) or 1
 
 
 class Runtime:
@@ -146,9 +89,9 @@ class Runtime:
         self._outbox_at_open: set[str] = set()
         self.steps = StepRunner(self)
         self.shards = shards
-        self.workflows = workflows
-        self.default_retry = default_retry
-        self.loop = asyncio.get_running_loop()
+        self.workflows: dict[str, WorkflowDef[Any, Any]] = workflows
+        self.default_retry: Retry = default_retry
+        self.loop: asyncio.AbstractEventLoop = asyncio.get_running_loop()
         self.timers = TimerQueue(self.loop, env.now_ms, self._timer_event)
         self._push = self.timers.push
         self.wf: dict[str, WorkflowState] = {}
@@ -266,89 +209,6 @@ class Runtime:
         return found
 
     # --- recovery --------------------------------------------------------
-
-    def load(self, records: Iterable[tuple[int, int, rec.Record]]) -> None:
-        """Rebuilds the workflow table from recovered records, in log order."""
-        for shard, lsn, r in records:
-            if type(r) is rec.Start:
-                assert isinstance(r, rec.Start)
-                st = self.wf.get(r.id)
-                if st is None:
-                    st = self.wf[r.id] = WorkflowState(r.id, shard)
-                if st.run_id:
-                    self.by_run.pop(st.run_id, None)
-                st.wtype = r.wtype
-                st.run_id = r.run
-                st.parent = r.parent
-                st.journal = [r]
-                st.lsns = [lsn]
-                st.packed = None
-                st.status = None
-                st.payload = b""
-                st.final = False
-                self.by_run[r.run] = st
-                continue
-            st2 = self.by_run.get(r.run)
-            if st2 is None or st2.run_id != r.run:
-                continue  # a record of a run a later start replaced
-            if st2.packed is not None:
-                # New records for a parked run: it replays at open.
-                st2.journal, st2.lsns = unpack(st2.packed)
-                st2.packed = None
-            st2.journal.append(r)
-            st2.lsns.append(lsn)
-            if type(r) is rec.Done:
-                assert isinstance(r, rec.Done)
-                st2.status = r.status
-                st2.payload = r.payload
-                st2.done_lsn = lsn
-                st2.final = r.status != rec.Status.CONTINUED
-
-    def resume_all(self) -> None:
-        """Loads every unfinished run and replays its code; hands over continued runs.
-
-        Parked runs stay parked; what their journals still owe others
-        (children to start or to hear from, signals to send) is redone
-        without replaying them, since a crash may have lost it on the way.
-        """
-        outbox = self._outbox_at_open
-        self._outbox_at_open = set()
-        for st in list(self.wf.values()):
-            if st.status is None:
-                if st.packed is None:
-                    self._load_run(st)
-                elif st.id in outbox:
-                    self._redo_outbox(st)
-            elif st.status == rec.Status.CONTINUED:
-                self._continue(st)
-        for st in list(self.wf.values()):
-            if st.final and (st.packed is None or st.id in outbox):
-                # A finished run's child starts and signals may have been lost on the way too.
-                self._redo_outbox(st)
-                self._apply_close_policy(st)
-
-    def _redo_outbox(self, st: WorkflowState) -> None:
-        journal, _ = self.journal_of(st)
-        children: dict[int, rec.Child] = {}
-        for r in journal:
-            t = type(r)
-            if t is rec.Child:
-                assert isinstance(r, rec.Child)
-                children[r.seq] = r
-            elif t is rec.ChildDone:
-                assert isinstance(r, rec.ChildDone)
-                child = children.pop(r.seq, None)
-                if child is not None and r.status == rec.Status.TIMED_OUT:
-                    # The parent stopped waiting; a crash may have kept the policy from the child.
-                    ref = rec.ParentRef(id=st.id, run=st.run_id, seq=r.seq)
-                    self._send(self._close_child, ref, child)
-            elif t is rec.Send:
-                assert isinstance(r, rec.Send)
-                key = dedup_key(f"send:{r.run}:{r.seq}")
-                self._send(self._signal_quiet, r.target, r.name, r.payload, key)
-        for seq, child in children.items():
-            ref = rec.ParentRef(id=st.id, run=st.run_id, seq=seq)
-            self._send(self._start_child, ref, child)
 
     def _load_run(self, st: WorkflowState) -> None:
         wdef = self.workflows.get(st.wtype)
@@ -506,7 +366,7 @@ class Runtime:
                 self._send(self._child_finished, st.parent, st.status, st.payload)
         self._apply_close_policy(st)
         if st.packed is None and st.run is None:
-            self._pack(st)
+            parking.pack_state(self, st)
         if self.retention_ms is not None:
             self._push(self.env.now_ms() + self.retention_ms, EXPIRE, st.id, st.run_id)
 
@@ -815,18 +675,7 @@ class Runtime:
                 self.by_run.pop(run_id, None)
             return
         if kind == PARK:
-            run = st.run
-            if run is None:
-                return
-            run.park_queued = False
-            if not self._parkable(run):
-                return  # busy again: its next quiet moment queues a new check
-            due = run.quiet_since + self._park_delay()
-            if due <= self.env.now_ms():
-                self.park(st)
-            else:
-                run.park_queued = True
-                self._push(due, PARK, wid, run_id)
+            parking.on_park_check(self, st)
             return
         if st.status is not None:
             return
@@ -871,68 +720,31 @@ class Runtime:
             self._load_run(st)
         return st.run
 
+    # --- recovery and parking (see recovery.py and parking.py) ---------------------
+
+    def load(self, records: Iterable[tuple[int, int, rec.Record]]) -> None:
+        """Rebuilds the workflow table from recovered records, in log order."""
+        recovery.load_records(self, records)
+
+    def load_checkpoint(self, state: bytes) -> None:
+        """Rebuilds the workflow table from a checkpoint (before the log after it is loaded)."""
+        recovery.load_checkpoint(self, state)
+
+    def resume_all(self) -> None:
+        """Replays every loaded unfinished run; redoes what parked and finished ones owe others."""
+        recovery.resume_all(self)
+
+    def checkpoint_state(self) -> bytes:
+        """Every workflow's current run, as a checkpoint holds it."""
+        return recovery.checkpoint_state(self)
+
     def after_pump(self, run: Run) -> None:
         """A run went quiet: park it once it has stayed suspended for ``park_after``."""
-        if self.park_after_ms is None or not run.machine.is_suspended():
-            return
-        now = self.env.now_ms()
-        run.quiet_since = now
-        if run.park_queued:
-            return  # one queued check per run: it looks again at when the run went quiet
-        run.park_queued = True
-        self._push(now + self._park_delay(), PARK, run.workflow_id, run.run_id)
-
-    def _park_delay(self) -> int:
-        assert self.park_after_ms is not None
-        if self.max_loaded is not None and self.loaded_runs > self.max_loaded:
-            return 0
-        return self.park_after_ms
-
-    def _parkable(self, run: Run) -> bool:
-        return (
-            not run.dead
-            and not run.finished
-            and run.stuck is None
-            and not run.pumping
-            and run.machine.is_suspended()
-            and not run.loop.has_ready()
-            and not run.update_waiters
-            and not run.update_by_ordinal
-            and all(c.not_before == rec.PAUSED for c in run.steps.values())
-        )
-
-    def wake_time(self, run: Run) -> int:
-        """When a parked run must come back by itself: its earliest timer or deadline (0: never)."""
-        due = [run.timer_at[s] for s, op in run.ops.items() if op.kind == 1 and s in run.timer_at]
-        due += [
-            run.wait_deadline[s]
-            for s, op in run.ops.items()
-            if op.kind == 2 and run.wait_deadline.get(s, 0) > 0
-        ]
-        due += [
-            run.children[s].deadline_ms
-            for s, op in run.ops.items()
-            if op.kind == 3 and s in run.children and run.children[s].deadline_ms > 0
-        ]
-        if run.machine.info.deadline_ms:
-            due.append(run.machine.info.deadline_ms)
-        return min(due) if due else 0
-
-    def park(self, st: WorkflowState) -> None:
-        """Takes a suspended run's code out of memory; what arrives for it later replays it."""
-        run = st.run
-        assert run is not None and self._parkable(run)
-        st.wake_ms = self.wake_time(run)
-        self._pack(st)
-        st.run = None
-        self.loaded_runs -= 1
-        self.stats["parked"] += 1
-        run.kill()
+        parking.after_pump(self, run)
 
     def park_all(self) -> None:
-        for st in self.wf.values():
-            if st.run is not None and self._parkable(st.run):
-                self.park(st)
+        """Parks every suspended run (at close: the checkpoint keeps them parked)."""
+        parking.park_all(self)
 
     # --- steps ----------------------------------------------------------------------
 
@@ -957,73 +769,3 @@ class Runtime:
 
     # --- checkpoints --------------------------------------------------------------
 
-    def checkpoint_state(self) -> bytes:
-        """Every workflow's current run: its journal and whether it is parked (and until when).
-
-        Recovery reads this instead of the log before the checkpoint; parked
-        runs stay parked (they are not replayed at open).
-        """
-        out: list[CheckpointEntry] = []
-        for st in self.wf.values():
-            if st.packed is not None:
-                journal = st.packed
-                wake = st.wake_ms if st.status is None else -1
-            else:
-                journal = pack(st.journal, st.lsns)
-                run = st.run
-                # A suspended run needs no replay to go on: the next open keeps it parked.
-                wake = self.wake_time(run) if run is not None and self._parkable(run) else -1
-            status = -1 if st.status is None else int(st.status)
-            out.append(
-                CheckpointEntry(
-                    st.id, st.shard, st.wtype, st.run_id, st.parent, status, wake, journal,
-                    self._has_outbox(st), st.code,
-                )
-            )
-        return msgspec.msgpack.encode(out)
-
-    @staticmethod
-    def _has_outbox(st: WorkflowState) -> bool:
-        if st.packed is not None:
-            return st.outbox
-        return any(type(r) is rec.Child or type(r) is rec.Send for r in st.journal)
-
-    def _pack(self, st: WorkflowState) -> None:
-        """Keeps the journal encoded (the run's code is not in memory)."""
-        st.outbox = self._has_outbox(st)
-        st.packed = pack(st.journal, st.lsns)
-        # Shared and never appended to while packed: a parked run costs no lists.
-        st.journal, st.lsns = _NO_RECORDS, _NO_LSNS
-
-    def load_checkpoint(self, state: bytes) -> None:
-        """Rebuilds the workflow table from a checkpoint (before the log after it is loaded)."""
-        for e in msgspec.msgpack.decode(state, type=list[CheckpointEntry]):
-            if e.outbox:
-                self._outbox_at_open.add(e.id)
-            outbox = e.outbox
-            st = WorkflowState(e.id, e.shard)
-            st.wtype = e.wtype
-            st.run_id = e.run_id
-            st.parent = e.parent
-            st.code = e.code
-            self.wf[e.id] = st
-            self.by_run[e.run_id] = st
-            st.outbox = outbox
-            if e.status >= 0:
-                st.packed = e.journal
-                st.status = rec.Status(e.status)
-                journal, lsns = unpack(e.journal)
-                done = journal[-1]
-                if isinstance(done, rec.Done):
-                    st.payload = done.payload
-                    st.done_lsn = lsns[-1]
-                st.final = st.status != rec.Status.CONTINUED
-                if st.status == rec.Status.CONTINUED:
-                    st.journal, st.lsns, st.packed = journal, lsns, None
-            elif e.wake_ms >= 0:
-                st.packed = e.journal
-                st.wake_ms = e.wake_ms
-                if e.wake_ms > 0:
-                    self._push(e.wake_ms, WAKE, e.id, e.run_id)
-            else:
-                st.journal, st.lsns = unpack(e.journal)

@@ -29,7 +29,7 @@ from fusee.runtime.context import StepInfo
 from fusee.runtime.run import Run, StepCall
 
 if TYPE_CHECKING:
-    from fusee.runtime.runtime import Runtime
+    from fusee.runtime.host import StepHost
 
 
 class _Continue:
@@ -72,7 +72,7 @@ _DIRECT_STREAK = 32
 class StepRunner:
     """Runs the live steps of every run of one runtime."""
 
-    def __init__(self, rt: Runtime) -> None:
+    def __init__(self, rt: StepHost) -> None:
         self.rt = rt
         #: Steps with effects waiting for their gates to become durable.
         self._gated: list[tuple[Run, int, StepCall]] = []

@@ -21,7 +21,8 @@ from fusee.errors import DeterminismError
 
 if TYPE_CHECKING:
     from fusee.definitions import WorkflowDef
-    from fusee.runtime.runtime import Runtime, WorkflowState
+    from fusee.runtime.runtime import Runtime
+    from fusee.runtime.table import WorkflowState
 
 #: Parked runs replayed per turn of the loop while checking.
 BATCH = 64

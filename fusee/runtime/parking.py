@@ -1,0 +1,113 @@
+"""Parking: suspended runs leave memory and come back when something arrives for them.
+
+A run that stayed suspended (sleeping, waiting for a signal) for
+``park_after`` keeps only its packed journal; whatever arrives for it later
+(a signal, a timer, a query) replays it first. Above ``max_loaded`` runs in
+memory, suspended runs park at once.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from fusee.core import records as rec
+from fusee.runtime.snapshot import pack
+from fusee.runtime.table import NO_LSNS, NO_RECORDS, WorkflowState, has_outbox
+from fusee.runtime.timers import PARK
+
+if TYPE_CHECKING:
+    from fusee.runtime.run import Run
+    from fusee.runtime.runtime import Runtime
+
+
+def after_pump(rt: Runtime, run: Run) -> None:
+    """A run went quiet: park it once it has stayed suspended for ``park_after``."""
+    if rt.park_after_ms is None or not run.machine.is_suspended():
+        return
+    now = rt.env.now_ms()
+    run.quiet_since = now
+    if run.park_queued:
+        return  # one queued check per run: it looks again at when the run went quiet
+    run.park_queued = True
+    rt.timers.push(now + park_delay(rt), PARK, run.workflow_id, run.run_id)
+
+
+def park_delay(rt: Runtime) -> int:
+    assert rt.park_after_ms is not None
+    if rt.max_loaded is not None and rt.loaded_runs > rt.max_loaded:
+        return 0
+    return rt.park_after_ms
+
+
+def parkable(rt: Runtime, run: Run) -> bool:
+    return (
+        not run.dead
+        and not run.finished
+        and run.stuck is None
+        and not run.pumping
+        and run.machine.is_suspended()
+        and not run.loop.has_ready()
+        and not run.update_waiters
+        and not run.update_by_ordinal
+        and all(c.not_before == rec.PAUSED for c in run.steps.values())
+    )
+
+
+def wake_time(rt: Runtime, run: Run) -> int:
+    """When a parked run must come back by itself: its earliest timer or deadline (0: never)."""
+    due = [run.timer_at[s] for s, op in run.ops.items() if op.kind == 1 and s in run.timer_at]
+    due += [
+        run.wait_deadline[s]
+        for s, op in run.ops.items()
+        if op.kind == 2 and run.wait_deadline.get(s, 0) > 0
+    ]
+    due += [
+        run.children[s].deadline_ms
+        for s, op in run.ops.items()
+        if op.kind == 3 and s in run.children and run.children[s].deadline_ms > 0
+    ]
+    if run.machine.info.deadline_ms:
+        due.append(run.machine.info.deadline_ms)
+    return min(due) if due else 0
+
+
+def park(rt: Runtime, st: WorkflowState) -> None:
+    """Takes a suspended run's code out of memory; what arrives for it later replays it."""
+    run = st.run
+    assert run is not None and parkable(rt, run)
+    st.wake_ms = wake_time(rt, run)
+    pack_state(rt, st)
+    st.run = None
+    rt.loaded_runs -= 1
+    rt.stats["parked"] += 1
+    run.kill()
+
+
+def park_all(rt: Runtime) -> None:
+    for st in rt.wf.values():
+        if st.run is not None and parkable(rt, st.run):
+            park(rt, st)
+
+
+def pack_state(rt: Runtime, st: WorkflowState) -> None:
+    """Keeps the journal encoded (the run's code is not in memory)."""
+    st.outbox = has_outbox(st)
+    st.packed = pack(st.journal, st.lsns)
+    # Shared and never appended to while packed: a parked run costs no lists.
+    st.journal, st.lsns = NO_RECORDS, NO_LSNS
+
+
+def on_park_check(rt: Runtime, st: WorkflowState) -> None:
+    """A queued park check came due: park the run if it stayed quiet long enough, else look again later."""
+    run = st.run
+    if run is None:
+        return
+    run.park_queued = False
+    if not parkable(rt, run):
+        return  # busy again: its next quiet moment queues a new check
+    due = run.quiet_since + park_delay(rt)
+    if due <= rt.env.now_ms():
+        park(rt, st)
+    else:
+        run.park_queued = True
+        rt.timers.push(due, PARK, st.id, st.run_id)

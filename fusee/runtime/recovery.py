@@ -1,0 +1,172 @@
+"""Recovery: rebuilding the workflow table from a checkpoint and the log after it, and resuming.
+
+A checkpoint holds every workflow's current run (its packed journal, whether it
+is parked and until when); the log after it adds records in order. At open,
+unfinished runs that were loaded replay their code; parked ones stay parked,
+and what any journal still owes others (children to start or hear from,
+signals to send) is redone, since a crash may have lost it on the way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+import msgspec
+
+from fusee.core import records as rec
+from fusee.runtime import parking
+from fusee.runtime.snapshot import CheckpointEntry, pack, unpack
+from fusee.runtime.table import WorkflowState, dedup_key, has_outbox
+from fusee.runtime.timers import WAKE
+
+if TYPE_CHECKING:
+    from fusee.runtime.runtime import Runtime
+
+
+def load_records(rt: Runtime, records: Iterable[tuple[int, int, rec.Record]]) -> None:
+    """Rebuilds the workflow table from recovered records, in log order."""
+    for shard, lsn, r in records:
+        if type(r) is rec.Start:
+            assert isinstance(r, rec.Start)
+            st = rt.wf.get(r.id)
+            if st is None:
+                st = rt.wf[r.id] = WorkflowState(r.id, shard)
+            if st.run_id:
+                rt.by_run.pop(st.run_id, None)
+            st.wtype = r.wtype
+            st.run_id = r.run
+            st.parent = r.parent
+            st.journal = [r]
+            st.lsns = [lsn]
+            st.packed = None
+            st.status = None
+            st.payload = b""
+            st.final = False
+            rt.by_run[r.run] = st
+            continue
+        st2 = rt.by_run.get(r.run)
+        if st2 is None or st2.run_id != r.run:
+            continue  # a record of a run a later start replaced
+        if st2.packed is not None:
+            # New records for a parked run: it replays at open.
+            st2.journal, st2.lsns = unpack(st2.packed)
+            st2.packed = None
+        st2.journal.append(r)
+        st2.lsns.append(lsn)
+        if type(r) is rec.Done:
+            assert isinstance(r, rec.Done)
+            st2.status = r.status
+            st2.payload = r.payload
+            st2.done_lsn = lsn
+            st2.final = r.status != rec.Status.CONTINUED
+
+
+def resume_all(rt: Runtime) -> None:
+    """Loads every unfinished run and replays its code; hands over continued runs.
+
+    Parked runs stay parked; what their journals still owe others
+    (children to start or to hear from, signals to send) is redone
+    without replaying them, since a crash may have lost it on the way.
+    """
+    outbox = rt._outbox_at_open
+    rt._outbox_at_open = set()
+    for st in list(rt.wf.values()):
+        if st.status is None:
+            if st.packed is None:
+                rt._load_run(st)
+            elif st.id in outbox:
+                redo_outbox(rt, st)
+        elif st.status == rec.Status.CONTINUED:
+            rt._continue(st)
+    for st in list(rt.wf.values()):
+        if st.final and (st.packed is None or st.id in outbox):
+            # A finished run's child starts and signals may have been lost on the way too.
+            redo_outbox(rt, st)
+            rt._apply_close_policy(st)
+
+
+def redo_outbox(rt: Runtime, st: WorkflowState) -> None:
+    journal, _ = rt.journal_of(st)
+    children: dict[int, rec.Child] = {}
+    for r in journal:
+        t = type(r)
+        if t is rec.Child:
+            assert isinstance(r, rec.Child)
+            children[r.seq] = r
+        elif t is rec.ChildDone:
+            assert isinstance(r, rec.ChildDone)
+            child = children.pop(r.seq, None)
+            if child is not None and r.status == rec.Status.TIMED_OUT:
+                # The parent stopped waiting; a crash may have kept the policy from the child.
+                ref = rec.ParentRef(id=st.id, run=st.run_id, seq=r.seq)
+                rt._send(rt._close_child, ref, child)
+        elif t is rec.Send:
+            assert isinstance(r, rec.Send)
+            key = dedup_key(f"send:{r.run}:{r.seq}")
+            rt._send(rt._signal_quiet, r.target, r.name, r.payload, key)
+    for seq, child in children.items():
+        ref = rec.ParentRef(id=st.id, run=st.run_id, seq=seq)
+        rt._send(rt._start_child, ref, child)
+
+
+def checkpoint_state(rt: Runtime) -> bytes:
+    """Every workflow's current run: its journal and whether it is parked (and until when).
+
+    Recovery reads this instead of the log before the checkpoint; parked
+    runs stay parked (they are not replayed at open).
+    """
+    out: list[CheckpointEntry] = []
+    for st in rt.wf.values():
+        if st.packed is not None:
+            journal = st.packed
+            wake = st.wake_ms if st.status is None else -1
+        else:
+            journal = pack(st.journal, st.lsns)
+            run = st.run
+            # A suspended run needs no replay to go on: the next open keeps it parked.
+            wake = parking.wake_time(rt, run) if run is not None and parking.parkable(rt, run) else -1
+        status = -1 if st.status is None else int(st.status)
+        out.append(
+            CheckpointEntry(
+                st.id, st.shard, st.wtype, st.run_id, st.parent, status, wake, journal,
+                has_outbox(st), st.code,
+            )
+        )
+    return msgspec.msgpack.encode(out)
+
+
+
+
+def load_checkpoint(rt: Runtime, state: bytes) -> None:
+    """Rebuilds the workflow table from a checkpoint (before the log after it is loaded)."""
+    for e in msgspec.msgpack.decode(state, type=list[CheckpointEntry]):
+        if e.outbox:
+            rt._outbox_at_open.add(e.id)
+        outbox = e.outbox
+        st = WorkflowState(e.id, e.shard)
+        st.wtype = e.wtype
+        st.run_id = e.run_id
+        st.parent = e.parent
+        st.code = e.code
+        rt.wf[e.id] = st
+        rt.by_run[e.run_id] = st
+        st.outbox = outbox
+        if e.status >= 0:
+            st.packed = e.journal
+            st.status = rec.Status(e.status)
+            journal, lsns = unpack(e.journal)
+            done = journal[-1]
+            if isinstance(done, rec.Done):
+                st.payload = done.payload
+                st.done_lsn = lsns[-1]
+            st.final = st.status != rec.Status.CONTINUED
+            if st.status == rec.Status.CONTINUED:
+                st.journal, st.lsns, st.packed = journal, lsns, None
+        elif e.wake_ms >= 0:
+            st.packed = e.journal
+            st.wake_ms = e.wake_ms
+            if e.wake_ms > 0:
+                rt.timers.push(e.wake_ms, WAKE, e.id, e.run_id)
+        else:
+            st.journal, st.lsns = unpack(e.journal)
