@@ -2,8 +2,11 @@
 
 Used by the storage tests and by the simulator. Every write lands in a cache
 (what reads see) and reaches the "platter" only through a successful
-``fdatasync``; names reach it only through ``fsync_dir``. ``crash()`` then
-decides, from the seeded ``rng``, what each unsynced write left behind:
+``fdatasync``; names reach it only through ``fsync_dir``. Two kinds of crash:
+``crash_process()`` kills the process only (its handles and locks go, the
+page cache stays: unsynced writes remain readable, and may still be lost
+later); ``power_loss()`` (and ``crash()``, both at once) decides, from the
+seeded ``rng``, what each unsynced write left behind:
 
 * per 512-byte sector: written, dropped, or torn (a prefix of the new bytes
   followed by garbage, so partial sectors happen);
@@ -75,6 +78,7 @@ class SimDiskStats:
     dir_fsyncs: int = 0
     enospc: int = 0
     crashes: int = 0
+    power_losses: int = 0
     sectors_kept: int = 0
     sectors_dropped: int = 0
     sectors_torn: int = 0
@@ -95,7 +99,7 @@ class SimDisk:
         self.stats = SimDiskStats()
         self._dirs: dict[str, _Dir] = {"/": _Dir()}
         self._handles: list[_Handle] = []
-        self._locks: dict[str, int] = {}
+        self._locks: dict[str, tuple[str, int]] = {}  # directory -> (mode, holders)
         self._serials = itertools.count(1)
         self._fail_next = 0
         self._space_left: int | None = None
@@ -111,12 +115,30 @@ class SimDisk:
         self._space_left = nbytes
 
     def crash(self) -> None:
-        """The process dies: unsynced data and names are resolved per the crash model.
+        """The process dies and the power goes with it: ``crash_process`` then ``power_loss``."""
+        self.crash_process()
+        self.power_loss()
 
-        Every handle and lock of the dead process is gone; reads afterwards see
-        only what survived.
+    def crash_process(self) -> None:
+        """The process dies; the machine stays up.
+
+        Its handles and locks are gone, but the page cache is not: unsynced
+        data and names stay readable (and dirty), and a later ``power_loss``
+        may still drop or tear them, whoever reads them meanwhile.
         """
         self.stats.crashes += 1
+        for h in self._handles:
+            h.open = False
+        self._handles.clear()
+        self._locks.clear()
+
+    def power_loss(self, *, drop_all: bool = False) -> None:
+        """The machine loses power: unsynced data and names are resolved per the crash model.
+
+        Reads afterwards see only what survived. ``drop_all`` makes the worst
+        case certain (every unsynced write and name is lost), for tests.
+        """
+        self.stats.power_losses += 1
         seen: set[int] = set()
         for dpath in sorted(self._dirs):
             d = self._dirs[dpath]
@@ -124,8 +146,8 @@ class SimDisk:
                 for inode in (d.current.get(name), d.durable.get(name)):
                     if inode is not None and inode.serial not in seen:
                         seen.add(inode.serial)
-                        self._settle(inode, crash=True)
-            keep = self.rng.randint(0, len(d.pending))
+                        self._settle(inode, crash=True, drop_all=drop_all)
+            keep = 0 if drop_all else self.rng.randint(0, len(d.pending))
             names = dict(d.durable)
             for op in d.pending[:keep]:
                 _apply(names, op)
@@ -139,9 +161,14 @@ class SimDisk:
 
     # --- Storage --------------------------------------------------------------
 
-    def open(self, path: str, *, create: bool = False) -> FileHandle:
+    def open(self, path: str, *, create: bool = False, exclusive: bool = False) -> FileHandle:
         d, name = self._parent(path)
         inode = d.current.get(name)
+        if inode is not None and exclusive:
+            raise FileExistsError(errno.EEXIST, "file exists", path)
+        if inode is None and _norm(path) in self._dirs:
+            raise IsADirectoryError(errno.EISDIR, "is a directory", path)
+        create = create or exclusive
         if inode is None:
             if not create:
                 raise FileNotFoundError(errno.ENOENT, "no such file", path)
@@ -255,23 +282,29 @@ class SimDisk:
         parent = self._dirs.get(posixpath.dirname(p))
         return parent is not None and posixpath.basename(p) in parent.current
 
+    def is_dir(self, path: str) -> bool:
+        return _norm(path) in self._dirs
+
     def makedirs(self, path: str) -> None:
         p = _norm(path)
         while p not in self._dirs:
             self._dirs[p] = _Dir()
             p = posixpath.dirname(p)
 
-    def lock(self, path: str) -> LockHandle:
-        p = _norm(path)
-        if p in self._locks:
-            raise DirectoryLocked(posixpath.dirname(p), self._locks[p])
-        if not self.exists(p):
-            self.close(self.open(p, create=True))
-        self._locks[p] = self.pid
+    def lock(self, directory: str, *, shared: bool = False) -> LockHandle:
+        # Like flock on the directory: deleting or replacing a file in it changes nothing.
+        p = _norm(directory)
+        self._dir(p)
+        held = self._locks.get(p)
+        if held is not None and (not shared or held[0] != "shared"):
+            raise DirectoryLocked(p, self.pid)
+        self._locks[p] = ("shared" if shared else "exclusive", 1 + (held[1] if held else 0))
         return p
 
     def unlock(self, handle: LockHandle) -> None:
-        self._locks.pop(handle, None)
+        held = self._locks.pop(handle, None)
+        if held is not None and held[1] > 1:
+            self._locks[handle] = (held[0], held[1] - 1)
 
     # --- inspection (tests) ---------------------------------------------------
 
@@ -302,11 +335,15 @@ class SimDisk:
             self._space_left -= delta
         inode.data.extend(bytes(delta))
 
-    def _settle(self, inode: _Inode, *, crash: bool) -> None:
+    def _settle(self, inode: _Inode, *, crash: bool, drop_all: bool = False) -> None:
         """Decides the fate of every unsynced write of ``inode`` (into ``disk``; also ``data`` on a crash)."""
         rng = self.rng
         old, cur = len(inode.disk), len(inode.data)
         size = old
+        if drop_all:
+            inode.dirty.clear()
+            inode.data = bytearray(inode.disk)
+            return
         if cur != old:
             choice = rng.randrange(3)
             size = old if choice == 0 else cur if choice == 1 else rng.randint(min(old, cur), max(old, cur))

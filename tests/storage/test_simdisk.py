@@ -126,12 +126,17 @@ def test_enospc_and_space_accounting() -> None:
 def test_locks_and_deterministic_crashes() -> None:
     d = SimDisk(random.Random(1), pid=99)
     d.makedirs("/e")
-    d.lock("/e/lock")
+    d.lock("/e")
     with pytest.raises(DirectoryLocked) as info:
-        d.lock("/e/lock")
+        d.lock("/e")
+    with pytest.raises(DirectoryLocked):
+        d.lock("/e", shared=True)
     assert info.value.pid == 99
-    d.crash()  # the process died: its lock is gone
-    d.lock("/e/lock")
+    d.crash_process()  # the process died: its lock is gone
+    d.lock("/e", shared=True)
+    d.lock("/e", shared=True)  # readers share
+    with pytest.raises(DirectoryLocked):
+        d.lock("/e")
 
     def run(seed: int) -> bytes:
         disk = SimDisk(random.Random(seed))
