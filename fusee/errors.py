@@ -136,6 +136,10 @@ class NotFound(FuseeError):
     """No workflow run with that ID exists."""
 
 
+class InvalidWorkflowId(FuseeError, ValueError):
+    """A workflow ID that cannot be journaled (not valid Unicode text)."""
+
+
 class AlreadyExists(FuseeError):
     """A workflow run with that ID exists already."""
 

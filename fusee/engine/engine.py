@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 import os
 import random
 from collections.abc import Generator, Iterable
@@ -18,12 +19,22 @@ from typing import Any
 from fusee import codec, sabotage
 from fusee.core import records as rec
 from fusee.definitions import QueryDef, SignalDef, UpdateDef, WorkflowDef
-from fusee.errors import EngineClosed, FuseeError, LogFailed
+from fusee.errors import (
+    CorruptRecord,
+    EngineClosed,
+    FuseeError,
+    InvalidWorkflowId,
+    LogCorrupted,
+    StorageError,
+)
 from fusee.retry import Retry
 from fusee.runtime.env import Env, RealEnv
 from fusee.runtime.runtime import IF_FINISHED, IF_RUNNING, Runtime, dedup_key
 from fusee.storage.committer import GroupCommitter
-from fusee.storage.log import SharedLog
+from fusee.storage.directory import existing_shards
+from fusee.storage.log import RESTORE_ADVICE, SharedLog
+
+_logger = logging.getLogger("fusee")
 
 #: Where an engine opened without a path keeps its (in-memory) directory.
 MEMORY_PATH = "/fusee-memory"
@@ -122,6 +133,8 @@ class Engine:
     _closed: bool
     _committer: GroupCommitter
     _rt: Runtime
+    #: Opened for inspection only: nothing is written, no workflow code runs.
+    _read_only: bool
     #: Log records the last open read after the checkpoint.
     recovered_records: int
 
@@ -145,6 +158,7 @@ class Engine:
         park_after: float | None = 60.0,
         max_loaded: int | None = None,
         retention: float | None = None,
+        read_only: bool = False,
     ) -> _Opening:
         """Opens (or creates) the engine directory ``path`` and recovers it.
 
@@ -154,7 +168,11 @@ class Engine:
         created. ``truncate_corrupt`` is the operator's option to open a log
         damaged before its tail by truncating it at the damage (it loses what
         followed). Raises :class:`fusee.errors.DirectoryLocked` if another
-        process holds the directory.
+        process holds the directory, :class:`fusee.errors.NotAnEngineDirectory`
+        if ``path`` is a file or a non-empty directory that no engine created
+        (it is left untouched). ``read_only=True`` opens an existing directory
+        for inspection (``runs``, ``describe``, ``journal``): nothing is
+        written and no workflow code runs.
         """
         return _Opening(
             cls._open(
@@ -171,6 +189,7 @@ class Engine:
                 park_after=park_after,
                 max_loaded=max_loaded,
                 retention=retention,
+                read_only=read_only,
             )
         )
 
@@ -191,6 +210,7 @@ class Engine:
         park_after: float | None,
         max_loaded: int | None,
         retention: float | None,
+        read_only: bool = False,
     ) -> Engine:
         registry: dict[str, WorkflowDef[Any, Any]] = {}
         for w in workflows:
@@ -228,6 +248,7 @@ class Engine:
                 blob_threshold=blob_threshold,
                 truncate_corrupt=truncate_corrupt,
                 rng=env.rng,
+                read_only=read_only,
             )
 
         # Recovery reads files: off the loop on a real disk, inline on memory or in a simulation.
@@ -240,29 +261,83 @@ class Engine:
         self._own_env = own_env
         self._log = log
         self._closed = False
-        self._committer = GroupCommitter(
-            log,
-            run_blocking=env.run_blocking,
-            inline=env.inline_flush,
-            on_durable=lambda durable: self._rt.on_durable(durable),
-        )
-        self._rt = Runtime(
-            env,
-            self._committer,
-            log.shards,
-            registry,
-            retry or Retry(),
-            park_after=park_after,
-            max_loaded=max_loaded,
-            retention=retention,
-            checkpoint_every=checkpoint_every,
-        )
-        if recovery.checkpoint is not None:
-            self._rt.load_checkpoint(recovery.checkpoint)
-        self._rt.load((shard, lsn, rec.decode(data)) for shard, lsn, data in recovery.records)
-        self.recovered_records = len(recovery.records)
-        self._rt.resume_all()
+        self._read_only = read_only
+        try:
+            self._committer = GroupCommitter(
+                log,
+                run_blocking=env.run_blocking,
+                inline=env.inline_flush,
+                on_durable=lambda durable: self._rt.on_durable(durable),
+            )
+            self._rt = Runtime(
+                env,
+                self._committer,
+                log.shards,
+                registry,
+                retry or Retry(),
+                park_after=park_after,
+                max_loaded=max_loaded,
+                retention=retention,
+                checkpoint_every=checkpoint_every,
+            )
+            self._load(recovery, f"{log.dir.path}/checkpoint")
+            self.recovered_records = len(recovery.records)
+            if not read_only:
+                self._rt.resume_all()
+        except BaseException:
+            # A failed open leaves nothing held: the directory can be opened again in-process.
+            rt = getattr(self, "_rt", None)
+            if rt is not None:
+                rt.closed = True
+                rt.timers.close()
+            log.close()
+            if own_env and isinstance(env, RealEnv):
+                env.close()
+            raise
+        log.on_failed = self._fail_waiters
         return self
+
+    def _load(self, recovery: Any, ckpt_path: str) -> None:
+        """Loads the checkpoint and records; what does not decode is a typed error naming where it is."""
+        if recovery.checkpoint is not None:
+            try:
+                self._rt.load_checkpoint(recovery.checkpoint)
+            except Exception as e:  # a valid checksum over content this code cannot read
+                raise LogCorrupted(ckpt_path, 0, f"the checkpoint's content does not decode "
+                                   f"({type(e).__name__}: {e})", RESTORE_ADVICE) from e
+        at = 0
+
+        def decoded() -> Generator[tuple[int, int, rec.Record], None, None]:
+            nonlocal at
+            for i, (shard, lsn, data) in enumerate(recovery.records):
+                at = i
+                yield shard, lsn, rec.decode(data)
+
+        try:
+            self._rt.load(decoded())
+        except (CorruptRecord, ValueError, TypeError, IndexError, KeyError, RecursionError) as e:
+            path, offset = recovery.where(at) or (None, None)
+            shard, lsn, _ = recovery.records[at]
+            detail = e.detail if isinstance(e, CorruptRecord) else f"{type(e).__name__}: {e}"
+            raise CorruptRecord(
+                f"log record {lsn} of shard {shard} cannot be loaded ({detail}). Restore the directory "
+                "from a backup; the engine cannot open a log with a record it does not understand",
+                path=path, offset=offset,
+            ) from e
+
+    def _fail_waiters(self, cause: BaseException | None) -> None:
+        """Wakes every ``result()`` waiter with EngineClosed: nothing more becomes durable."""
+        why = "was closed" if cause is None else f"log failed ({cause})"
+        for st in self._rt.wf.values():
+            waiters, st.waiters = st.waiters, None
+            for fut in waiters or ():
+                if not fut.done():
+                    err = EngineClosed(
+                        f"the engine {why} while waiting for the result of {st.id!r}; "
+                        "open the directory again and ask again (the run continues there)."
+                    )
+                    err.__cause__ = cause
+                    fut.set_exception(err)
 
     # --- helpers ---------------------------------------------------------
 
@@ -281,7 +356,12 @@ class Engine:
             return
         try:
             await self._rt.wait_durable(shard, lsn)
-        except LogFailed as e:
+        except StorageError as e:
+            if self._closed:
+                raise EngineClosed(
+                    "the engine was closed before this request became durable; it was not "
+                    "acknowledged. Open the directory again and retry it."
+                ) from e
             raise EngineClosed(
                 f"the engine's log failed ({e}); this request was not acknowledged. "
                 "Close the engine and open the directory again."
@@ -294,6 +374,13 @@ class Engine:
     def _check_id(workflow_id: object) -> str:
         if not isinstance(workflow_id, str) or not workflow_id:
             raise TypeError(f"a workflow id must be a non-empty string, got {workflow_id!r}")
+        try:
+            workflow_id.encode("utf-8")
+        except UnicodeEncodeError:
+            raise InvalidWorkflowId(
+                f"workflow id {workflow_id!r} is not valid Unicode text (it holds a lone surrogate) "
+                "and cannot be journaled: pass a proper str (decode bytes with errors='strict')"
+            ) from None
         return workflow_id
 
     # --- the client API -----------------------------------------------------
@@ -542,16 +629,22 @@ class Engine:
             t.cancel()
         if rt._tasks:
             await asyncio.gather(*rt._tasks, return_exceptions=True)
+        self._fail_waiters(None)
+        failed: FuseeError | None = None
         try:
-            if self._log.failed is None:
+            if self._log.failed is None and not self._read_only:
                 self._log.checkpoint(rt.checkpoint_state())
-        except FuseeError:
-            pass
+        except FuseeError as e:
+            # Nothing acknowledged is lost (the log has it all), but the caller must hear of it.
+            failed = e
+            _logger.error("fusee: the checkpoint at close failed: %s", e)
         finally:
             await self._committer.close()
             self._log.close()
             if self._own_env and isinstance(self._env, RealEnv):
                 self._env.close()
+        if failed is not None:
+            raise failed
 
     async def __aenter__(self) -> Engine:
         return self
@@ -564,17 +657,7 @@ class Engine:
 
 def _existing_shards(storage: Any, path: str) -> int:
     """The shard count an existing directory was created with (1 for a new one)."""
-    import json
-
-    from fusee.storage.seam import read_whole
-
-    meta = f"{path.rstrip('/')}/meta"
-    try:
-        if storage.exists(meta):
-            return int(json.loads(read_whole(storage, meta))["shards"])
-    except (ValueError, KeyError, TypeError, OSError):
-        pass  # the log's own open reports a damaged meta file clearly
-    return 1
+    return existing_shards(storage, path) or 1
 
 
 def _dedup(key: str | None) -> int:

@@ -183,6 +183,8 @@ class SharedLog:
         #: Called (owner thread) after ``flush``/``checkpoint`` made records durable
         #: behind the back of whoever drives flushes (the GroupCommitter wakes its waiters).
         self.on_flushed: Callable[[], None] | None = None
+        #: Called (owner thread) once, with the error, when the log fails for good.
+        self.on_failed: Callable[[BaseException], None] | None = None
         self.batches_written = 0
         self.records_written = 0
         self.blobs_written = 0
@@ -590,6 +592,8 @@ class SharedLog:
     def _fail(self, error: BaseException) -> None:
         if self.failed is None:
             self.failed = _io_error(error, "flushing the log")
+            if self.on_failed is not None:
+                self.on_failed(self.failed)
 
     def failure(self) -> LogFailed:
         assert self.failed is not None
