@@ -226,7 +226,6 @@ class SharedLog:
         try:
             recovery = log._recover(truncate_corrupt)
             if not read_only:
-                log._make_durable()
                 log._start_segment()
                 log._collect_garbage(recovery)
         except OSError as e:
@@ -271,6 +270,8 @@ class SharedLog:
         numbers = sorted(int(n[:-len(SEG_SUFFIX)]) for n in s.listdir(self.dir.log_dir)
                          if _SEG_NAME.fullmatch(n)) if s.exists(self.dir.log_dir) else []
         self._dead.extend(n for n in numbers if n < start)  # covered; a crash interrupted their removal
+        if not self.read_only:
+            self._sync_before_reading([n for n in numbers if n >= start])
         scan.run([n for n in numbers if n >= start], start, ckpt is not None)
         if ckpt is not None:
             scan.check_checkpoint(ckpt_path, ckpt)
@@ -302,22 +303,26 @@ class SharedLog:
         body = _NEWEST.pack(_NEWEST_MAGIC, number, 0)[:-4]
         write_durably(self.storage, self.dir.log_dir, NEWEST, body + fmt.U32.pack(fmt.crc(body)))
 
-    def _make_durable(self) -> None:
-        """Syncs what recovery read before anything builds on it.
+    def _sync_before_reading(self, numbers: list[int]) -> None:
+        """Makes the segments durable, then reads them from the disk, before recovery trusts them.
 
-        A process crash keeps the page cache: the segments (and names) just read
-        may hold writes that were never synced and would vanish at a power cut
-        after this life acknowledged work built on them.
+        A process crash keeps the page cache: a segment may hold writes that were
+        never synced and would vanish at a power cut after this life acknowledged
+        work built on them. And after a failed fdatasync (in an earlier life) the
+        cache may show bytes the disk never got: dropping the clean pages makes
+        the scan read what the disk holds.
         """
         s = self.storage
-        for seg in self._segments:
-            fh = s.open(seg.path)
-            try:
-                s.fdatasync(fh)
-            finally:
-                s.close(fh)
         for d in (self.dir.blob_dir, self.dir.log_dir, self.dir.path):
             self._fsync_dir(d)
+        for n in numbers:
+            fh = s.open(f"{self.dir.log_dir}/{segment_name(n)}")
+            try:
+                if not sabotage.active.skip_recovery_sync:
+                    s.fdatasync(fh)
+                s.drop_cache(fh)
+            finally:
+                s.close(fh)
 
     def _start_segment(self) -> None:
         """Creates the next segment (preallocated, header synced, name synced)."""

@@ -59,6 +59,10 @@ class PosixStorage:
         finally:
             os.close(fd)
 
+    def drop_cache(self, fh: FileHandle) -> None:
+        if hasattr(os, "posix_fadvise"):
+            os.posix_fadvise(fh, 0, 0, os.POSIX_FADV_DONTNEED)
+
     def size(self, fh: FileHandle) -> int:
         return os.fstat(fh).st_size
 

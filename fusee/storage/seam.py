@@ -54,6 +54,14 @@ class Storage(Protocol):
         """Makes the directory's entries (creations, renames, removals) durable."""
         ...
 
+    def drop_cache(self, fh: FileHandle) -> None:
+        """Drops the file's clean cached pages, so that reads come from the disk itself.
+
+        After a failed fdatasync the kernel marks the pages clean although the
+        disk may not hold them: only a read from the disk tells what survived.
+        """
+        ...
+
     def size(self, fh: FileHandle) -> int:
         """The file's current size in bytes."""
         ...

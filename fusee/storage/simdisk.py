@@ -40,6 +40,10 @@ from fusee.storage.seam import FileHandle, LockHandle
 SECTOR = 512
 
 
+class ProcessKilled(Exception):
+    """Raised by every call of a process the disk killed in the middle of an fdatasync (see ``arm_kills``)."""
+
+
 class _Inode:
     __slots__ = ("data", "dirty", "disk", "serial")
 
@@ -79,6 +83,7 @@ class SimDiskStats:
     enospc: int = 0
     crashes: int = 0
     power_losses: int = 0
+    kills: int = 0
     sectors_kept: int = 0
     sectors_dropped: int = 0
     sectors_torn: int = 0
@@ -103,12 +108,30 @@ class SimDisk:
         self._serials = itertools.count(1)
         self._fail_next = 0
         self._space_left: int | None = None
+        #: Kills inside fdatasync: (rng, rate) from ``arm_kills``; only while ``kill_armed``.
+        self._kills: tuple[random.Random, float] | None = None
+        self.kill_armed = False
+        #: The process died inside an fdatasync: its later calls raise ``ProcessKilled``.
+        self.killed = False
 
     # --- fault injection ------------------------------------------------------
 
     def fail_next_fdatasync(self, count: int = 1) -> None:
         """Makes the next ``count`` fdatasyncs fail with ``EIO``."""
         self._fail_next += count
+
+    def arm_kills(self, rng: random.Random, rate: float) -> None:
+        """Lets an fdatasync made while ``kill_armed`` kill the process (chance ``rate``) before it syncs.
+
+        The write it should have synced stays in the page cache, readable by the
+        next process; the dead process's later calls raise ``ProcessKilled``
+        and change nothing. The owner then calls ``crash_process``.
+        """
+        self._kills = (rng, rate)
+
+    def _alive(self) -> None:
+        if self.killed:
+            raise ProcessKilled("the process was killed inside an fdatasync")
 
     def set_space_left(self, nbytes: int | None) -> None:
         """Lets files grow by ``nbytes`` more in total before writes fail with ``ENOSPC`` (None: no limit)."""
@@ -127,6 +150,7 @@ class SimDisk:
         may still drop or tear them, whoever reads them meanwhile.
         """
         self.stats.crashes += 1
+        self.killed = False
         for h in self._handles:
             h.open = False
         self._handles.clear()
@@ -162,6 +186,7 @@ class SimDisk:
     # --- Storage --------------------------------------------------------------
 
     def open(self, path: str, *, create: bool = False, exclusive: bool = False) -> FileHandle:
+        self._alive()
         d, name = self._parent(path)
         inode = d.current.get(name)
         if inode is not None and exclusive:
@@ -186,6 +211,7 @@ class SimDisk:
         self._handles.remove(h)
 
     def pwrite(self, fh: FileHandle, data: bytes | bytearray | memoryview, offset: int) -> None:
+        self._alive()
         inode = self._live(fh).inode
         n = len(data)
         if n == 0:
@@ -200,8 +226,13 @@ class SimDisk:
         return bytes(self._live(fh).inode.data[offset:offset + size])
 
     def fdatasync(self, fh: FileHandle) -> None:
+        self._alive()
         inode = self._live(fh).inode
         self.stats.fdatasyncs += 1
+        if self.kill_armed and self._kills is not None and self._kills[0].random() < self._kills[1]:
+            self.killed = True
+            self.stats.kills += 1
+            self._alive()
         fail = False
         if self._fail_next > 0:
             self._fail_next -= 1
@@ -223,15 +254,23 @@ class SimDisk:
         inode.dirty.clear()
 
     def fsync_dir(self, path: str) -> None:
+        self._alive()
         d = self._dir(path)
         self.stats.dir_fsyncs += 1
         d.durable = dict(d.current)
         d.pending.clear()
 
+    def drop_cache(self, fh: FileHandle) -> None:
+        self._alive()
+        inode = self._live(fh).inode
+        if not inode.dirty and inode.data != inode.disk:  # clean pages are re-read from the platter
+            inode.data[:] = inode.disk
+
     def size(self, fh: FileHandle) -> int:
         return len(self._live(fh).inode.data)
 
     def truncate(self, fh: FileHandle, size: int) -> None:
+        self._alive()
         inode = self._live(fh).inode
         old = len(inode.data)
         if size > old:
@@ -244,11 +283,13 @@ class SimDisk:
         inode.dirty.add(size // SECTOR)
 
     def preallocate(self, fh: FileHandle, size: int) -> None:
+        self._alive()
         inode = self._live(fh).inode
         if size > len(inode.data):
             self._grow(inode, size)
 
     def rename(self, src: str, dst: str) -> None:
+        self._alive()
         d, a = self._parent(src)
         d2, b = self._parent(dst)
         assert d is d2, "SimDisk renames only within one directory"
@@ -259,6 +300,7 @@ class SimDisk:
         _apply(d.current, op)
 
     def remove(self, path: str) -> None:
+        self._alive()
         d, name = self._parent(path)
         inode = d.current.get(name)
         if inode is None:
