@@ -846,6 +846,19 @@ class _Scan:
         assert isinstance(data, bytes)
         if off >= len(data):
             return None
+        # A later batch header of this life (intact or not) proves the damaged slot
+        # was not the last write, whatever the slot's own header says.
+        life = struct.pack("<Q", h.life)
+        pos = off + 1
+        while True:
+            pos = data.find(fmt.BATCH_MAGIC_BYTES, pos)
+            if pos < 0:
+                break
+            if pos % h.align == 0:
+                later = BatchHeader.decode(view, pos)
+                if later is not None and data[pos + 32:pos + 40] == life and later.seq >= seq:
+                    return "a damaged batch is followed by a later batch of the same writer"
+            pos += 1
         bh = BatchHeader.decode(view, off)
         if bh is not None and bh.life == h.life and bh.seq == seq and bh.prev_crc == prev:
             # The slot's header survived (its fields after the length match), so its
@@ -853,20 +866,7 @@ class _Scan:
             end = off + fmt.align_up(bh.length, h.align)
             if end < len(data) and _NONZERO.search(data, end):
                 return "bytes follow a damaged batch: it was not the last write"
-            return None
-        # The slot's header is damaged: its length is unknown. A later batch of this
-        # life (intact or not) proves the slot was not the last write.
-        life = struct.pack("<Q", h.life)
-        pos = off + 1
-        while True:
-            pos = data.find(fmt.BATCH_MAGIC_BYTES, pos)
-            if pos < 0:
-                return None
-            if pos % h.align == 0:
-                later = BatchHeader.decode(view, pos)
-                if later is not None and data[pos + 32:pos + 40] == life and later.seq >= seq:
-                    return "a damaged batch is followed by a later batch of the same writer"
-            pos += 1
+        return None
 
     def _accept(self, path: str, off: int, batch: memoryview, bh: BatchHeader) -> bool:
         try:
