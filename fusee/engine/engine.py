@@ -311,7 +311,10 @@ class Engine:
             nonlocal at
             for i, (shard, lsn, data) in enumerate(recovery.records):
                 at = i
-                yield shard, lsn, rec.decode(data)
+                r = rec.decode(data)
+                if type(r) is rec.Start and not r.id:
+                    raise CorruptRecord("a Start record with an empty workflow ID")
+                yield shard, lsn, r
 
         try:
             self._rt.load(decoded())

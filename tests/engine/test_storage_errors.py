@@ -246,3 +246,19 @@ def test_read_only_cli_commands_never_write(tmp_path: Path) -> None:
     code, _, err = _cli("runs", str(foreign))
     assert code != 0 and "not an engine directory" in err
     assert tree(foreign) == {"x": hashlib.sha256(b"x").hexdigest()}
+
+
+@sync
+async def test_a_crafted_start_with_an_empty_id_is_refused_at_open(tmp_path: Path) -> None:
+    from fusee.core import records as rec
+    from fusee.storage.log import SharedLog
+    from fusee.storage.posix import PosixStorage
+
+    async with fusee.Engine.open(tmp_path, workflows=[waits]):
+        pass
+    log, _ = SharedLog.open(PosixStorage(), str(tmp_path), 1)
+    log.append(0, rec.encode(rec.Start(1, "", "waits", 1, 0, 0, 0, None, 0, None, b"null")))
+    log.flush()
+    log.close()
+    with pytest.raises(CorruptRecord, match="empty workflow ID"):
+        await fusee.Engine.open(tmp_path, workflows=[waits])
