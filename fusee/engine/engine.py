@@ -155,6 +155,7 @@ class Engine:
         segment_bytes: int = 64 << 20,
         blob_threshold: int = 256 << 10,
         checkpoint_every: int = 200_000,
+        checkpoint_bytes: int | None = None,
         park_after: float | None = 60.0,
         max_loaded: int | None = None,
         retention: float | None = None,
@@ -167,7 +168,10 @@ class Engine:
         survives the process). ``shards`` is fixed when the directory is
         created. ``truncate_corrupt`` is the operator's option to open a log
         damaged before its tail by truncating it at the damage (it loses what
-        followed). Raises :class:`fusee.errors.DirectoryLocked` if another
+        followed). A checkpoint is written every ``checkpoint_every`` records
+        and every ``checkpoint_bytes`` bytes of records (default: one segment,
+        ``segment_bytes``), which bounds recovery's time and memory. Raises
+        :class:`fusee.errors.DirectoryLocked` if another
         process holds the directory, :class:`fusee.errors.NotAnEngineDirectory`
         if ``path`` is a file or a non-empty directory that no engine created
         (it is left untouched). ``read_only=True`` opens an existing directory
@@ -186,6 +190,7 @@ class Engine:
                 segment_bytes=segment_bytes,
                 blob_threshold=blob_threshold,
                 checkpoint_every=checkpoint_every,
+                checkpoint_bytes=checkpoint_bytes,
                 park_after=park_after,
                 max_loaded=max_loaded,
                 retention=retention,
@@ -207,6 +212,7 @@ class Engine:
         segment_bytes: int,
         blob_threshold: int,
         checkpoint_every: int,
+        checkpoint_bytes: int | None,
         park_after: float | None,
         max_loaded: int | None,
         retention: float | None,
@@ -223,6 +229,8 @@ class Engine:
             registry[w.name] = w
         if not isinstance(checkpoint_every, int) or checkpoint_every < 1:
             raise ValueError(f"checkpoint_every must be a positive int, got {checkpoint_every!r}")
+        if checkpoint_bytes is not None and (not isinstance(checkpoint_bytes, int) or checkpoint_bytes < 1):
+            raise ValueError(f"checkpoint_bytes must be a positive int, got {checkpoint_bytes!r}")
         if shards is not None and (not isinstance(shards, int) or isinstance(shards, bool) or shards < 1):
             raise ValueError(f"shards must be a positive int, got {shards!r}")
         if retry is not None and not isinstance(retry, Retry):
@@ -295,6 +303,14 @@ class Engine:
                 env.close()
             raise
         log.on_failed = self._fail_waiters
+        if checkpoint_bytes is not None:
+            log.checkpoint_bytes = checkpoint_bytes
+        rt = self._rt
+
+        def checkpoint_soon() -> None:
+            rt.loop.call_soon(rt.checkpoint)
+
+        log.on_checkpoint_due = checkpoint_soon
         return self
 
     def _load(self, recovery: Any, ckpt_path: str) -> None:
@@ -610,7 +626,8 @@ class Engine:
     async def checkpoint(self) -> None:
         """Writes a checkpoint now: the next open reads it instead of the log before it.
 
-        The engine also writes one every ``checkpoint_every`` records, and at close.
+        The engine also writes one every ``checkpoint_every`` records or
+        ``checkpoint_bytes`` bytes, and at close.
         """
         self._check_open()
         self._rt.checkpoint()

@@ -188,6 +188,12 @@ class SharedLog:
         self.batches_written = 0
         self.records_written = 0
         self.blobs_written = 0
+        #: Bytes appended since the last checkpoint, and the amount after which
+        #: ``on_checkpoint_due`` is called (once, until the next checkpoint): recovery
+        #: time and the log's disk use stay bounded by size, not only by record count.
+        self.since_checkpoint = 0
+        self.checkpoint_bytes = segment_bytes
+        self.on_checkpoint_due: Callable[[], None] | None = None
 
     # --- opening and recovery -------------------------------------------------
 
@@ -418,6 +424,10 @@ class SharedLog:
             b.buf += data
         b.count += 1
         b.records += 1
+        before = self.since_checkpoint
+        self.since_checkpoint = before + n + 4
+        if before < self.checkpoint_bytes <= self.since_checkpoint and self.on_checkpoint_due is not None:
+            self.on_checkpoint_due()
         return lsn
 
     def appended(self, shard: int) -> int:
@@ -511,6 +521,7 @@ class SharedLog:
         assert all(0 <= c <= a for c, a in zip(covered, self._appended, strict=True)), \
             "a checkpoint cannot cover records that were never appended"
         self.flush()
+        self.since_checkpoint = 0
         start = self._segments[-1].number
         for seg in self._segments:
             if any(m > c for m, c in zip(seg.max_lsns, covered, strict=True)):

@@ -262,3 +262,17 @@ async def test_a_crafted_start_with_an_empty_id_is_refused_at_open(tmp_path: Pat
     log.close()
     with pytest.raises(CorruptRecord, match="empty workflow ID"):
         await fusee.Engine.open(tmp_path, workflows=[waits])
+
+
+@fusee.workflow("big")
+async def big(ctx: fusee.Ctx, n: int) -> str:
+    return await ctx.step("pad", lambda: "x" * 2000)
+
+
+@sync
+async def test_a_checkpoint_is_written_by_size_too() -> None:
+    async with fusee.Engine.open(workflows=[big], checkpoint_every=10**9, checkpoint_bytes=64 << 10) as engine:
+        for i in range(40):  # about 80 KiB of step results
+            await engine.execute(big, f"b{i}", i)
+        await until(lambda: engine.stats["checkpoints"] >= 1)
+        assert engine._log.since_checkpoint < 64 << 10
