@@ -345,15 +345,22 @@ class Engine:
             ) from e
 
     def _fail_waiters(self, cause: BaseException | None) -> None:
-        """Wakes every ``result()`` waiter with EngineClosed: nothing more becomes durable."""
+        """Wakes every ``result()`` and ``update()`` waiter with EngineClosed: nothing more becomes durable."""
         why = "was closed" if cause is None else f"log failed ({cause})"
         for st in self._rt.wf.values():
-            waiters, st.waiters = st.waiters, None
-            for fut in waiters or ():
+            waiters: list[asyncio.Future[Any]] = list(st.waiters or ())
+            st.waiters = None
+            run = st.run
+            if run is not None:
+                waiters.extend(run.update_waiters.values())
+                waiters.extend(run.update_inflight.values())
+                for futs in run.update_by_ordinal.values():
+                    waiters.extend(futs)
+            for fut in waiters:
                 if not fut.done():
                     err = EngineClosed(
-                        f"the engine {why} while waiting for the result of {st.id!r}; "
-                        "open the directory again and ask again (the run continues there)."
+                        f"the engine {why} while a caller waited on {st.id!r}; nothing more is "
+                        "acknowledged. Open the directory again and ask again (the run continues there)."
                     )
                     err.__cause__ = cause
                     fut.set_exception(err)

@@ -36,6 +36,9 @@ U32 = struct.Struct("<I")
 BLOB_REF = struct.Struct("<QQQI")  # life, number, size, crc of the blob's bytes
 BLOB_FLAG = 1 << 31
 MAX_RECORD = BLOB_FLAG - 1
+#: Bounds on what a segment header may say (a larger value is damage, not a segment).
+MAX_ALIGN = 1 << 20
+MAX_SEGMENT = 1 << 40
 
 assert BATCH_HEADER.size == 40 and SECTION.size == 16
 
@@ -88,8 +91,8 @@ class SegmentHeader:
         (stored,) = U32.unpack_from(data, st.size - 4)
         if magic != SEG_MAGIC or version not in (1, VERSION) or stored != crc(data[:st.size - 4]):
             return None
-        if align < st.size or align & (align - 1):
-            return None
+        if align < st.size or align & (align - 1) or align > MAX_ALIGN or size > MAX_SEGMENT:
+            return None  # counts from disk are bounded before anything acts on them
         return cls(align, segment, life, salt, base_seq, prev_segment, prev_end, prev_crc, size, stored)
 
     def chain_start(self) -> int:

@@ -84,6 +84,33 @@ async def test_result_waiters_get_engine_closed_when_the_log_fails() -> None:
     await engine.close()
 
 
+add = fusee.update("add", int)
+
+
+@fusee.workflow("adder")
+async def adder(ctx: fusee.Ctx) -> int:
+    total = 0
+
+    async def handle(n: int) -> int:
+        nonlocal total
+        total += await ctx.step("s", lambda: n)
+        return total
+
+    ctx.on_update(add, handle)
+    await ctx.sleep("long", "1h")
+    return total
+
+
+@sync
+async def test_update_waiters_get_engine_closed_when_the_log_fails() -> None:
+    engine = await fusee.Engine.open(workflows=[adder])
+    await engine.start(adder, "a1")
+    engine._log.storage.fail_next_fdatasync()  # type: ignore[attr-defined]
+    with pytest.raises(EngineClosed, match="log failed"):
+        await asyncio.wait_for(engine.update("a1", add, 3), 5)
+    await engine.close()
+
+
 @sync
 async def test_close_reports_a_failed_checkpoint() -> None:
     engine = await fusee.Engine.open(workflows=[waits])

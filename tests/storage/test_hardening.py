@@ -277,3 +277,29 @@ def test_recovery_reads_one_segment_at_a_time() -> None:
     held = sum(len(r[2]) for r in records)
     assert peak < held + 5 * seg, (peak, held)  # all ten segments at once would be held + 10 * seg
     log.close()
+
+
+def test_a_full_disk_while_noting_the_pid_releases_the_lock() -> None:
+    disk = SimDisk(random.Random(4))
+    log, _ = open_log(disk, "/e")
+    log.close()
+    disk.remove("/e/lock")
+    disk.set_space_left(0)
+    from fusee.errors import DiskFull
+
+    with pytest.raises(DiskFull):
+        open_log(disk, "/e")
+    disk.set_space_left(None)
+    log, _ = open_log(disk, "/e")  # "free space and reopen" works in the same process
+    log.close()
+
+
+def test_a_blob_reference_with_a_crafted_size_is_refused_without_reading_it(tmp_path: Path) -> None:
+    from fusee.storage.batch import BlobRef
+    from fusee.storage.blobs import read_blob, write_blob
+    from fusee.storage.posix import PosixStorage
+
+    storage = PosixStorage()
+    ref = BlobRef(1, 1, 3, 0)
+    write_blob(storage, str(tmp_path), ref, b"abc")
+    assert read_blob(storage, str(tmp_path), BlobRef(1, 1, 1 << 60, 0)) is None
