@@ -362,9 +362,20 @@ class SharedLog:
             except OSError:
                 pass
             raise
-        self._fsync_dir(self.dir.log_dir)
-        # Only now is the segment whole: recovery refuses a log that lacks it.
-        self._write_newest(number)
+        try:
+            self._fsync_dir(self.dir.log_dir)
+            # Only now is the segment whole: recovery refuses a log that lacks it.
+            self._write_newest(number)
+        except BaseException:
+            # Keep the file: the note may name it already (a rename can be durable before
+            # its fsync returns). Empty, it is harmless either way: newest and pinning
+            # nothing, or newer than the note and dead.
+            try:
+                s.close(fh)
+            except OSError:
+                pass
+            self._highest_seen = number
+            raise
         sealed = SegmentHeader.decode(raw)  # the same header, now with its crc
         assert sealed is not None
         if self._fh is not None:

@@ -303,3 +303,41 @@ def test_a_blob_reference_with_a_crafted_size_is_refused_without_reading_it(tmp_
     ref = BlobRef(1, 1, 3, 0)
     write_blob(storage, str(tmp_path), ref, b"abc")
     assert read_blob(storage, str(tmp_path), BlobRef(1, 1, 1 << 60, 0)) is None
+
+
+class NoteFailsDisk(SimDisk):
+    """Fails the directory fsync right after the note of the newest segment was renamed into place."""
+
+    def __init__(self, rng: random.Random) -> None:
+        super().__init__(rng)
+        self.armed = False
+
+    def rename(self, src: str, dst: str) -> None:
+        super().rename(src, dst)
+        if self.armed and dst.endswith("/newest"):
+            self.armed = False
+            self.fail_dir = True
+
+    def fsync_dir(self, path: str) -> None:
+        if getattr(self, "fail_dir", False):
+            self.fail_dir = False
+            super().fsync_dir(path)  # the rename did reach the disk...
+            import errno
+
+            raise OSError(errno.EIO, "simulated: directory fsync reported failure")  # ...but it says no
+        super().fsync_dir(path)
+
+
+def test_a_failed_note_of_the_newest_segment_never_makes_the_log_refuse() -> None:
+    disk = NoteFailsDisk(random.Random(6))
+    log, _ = open_log(disk, "/e")
+    acked: list[tuple[int, int, bytes]] = []
+    add(log, acked, "a", 2)
+    log.close()
+    disk.armed = True
+    with pytest.raises(LogFailed):
+        open_log(disk, "/e")
+    disk.crash()
+    log, records = open_log(disk, "/e")
+    assert records == acked
+    log.close()
