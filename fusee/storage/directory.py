@@ -16,6 +16,7 @@ anything else that is not empty is refused untouched.
 from __future__ import annotations
 
 import json
+import os
 import posixpath
 
 from fusee import sabotage
@@ -116,10 +117,11 @@ class EngineDirectory:
         if created and not sabotage.active.skip_dir_fsync:
             s.fsync_dir(self.path)
         # Only tells a second opener who holds the directory: never synced, never read back by us.
+        pid = getattr(s, "pid", None) or os.getpid()  # a SimDisk plays a process of its own
         fh = s.open(f"{self.path}/lock", create=True)
         try:
             s.truncate(fh, 0)
-            s.pwrite(fh, f"{getattr(s, 'pid', None) or _pid()}\n".encode(), 0)
+            s.pwrite(fh, f"{pid}\n".encode(), 0)
         finally:
             s.close(fh)
 
@@ -190,8 +192,3 @@ def existing_shards(storage: Storage, path: str) -> int | None:
         pass  # opening the directory reports it clearly
     return None
 
-
-def _pid() -> int:
-    import os
-
-    return os.getpid()

@@ -642,9 +642,9 @@ def _io_error(error: BaseException, doing: str, *, at_open: bool = False) -> Sto
         )
     if at_open:
         return LogFailed(
-            f"I/O failure {doing}: {error}. The directory is unchanged apart from files recovery "
-            "may have synced; the lock is released. Fix the cause (permissions, a file where a "
-            "directory should be, a failing disk) and open it again."
+            f"I/O failure {doing}: {error}. Nothing acknowledged is lost and the directory's lock "
+            "is released. Fix the cause (permissions, a file where a directory should be, a "
+            "failing disk) and open it again."
         )
     return LogFailed(
         f"I/O failure {doing}: {error}. Records not yet acknowledged are not durable and the "
