@@ -47,8 +47,6 @@ _NEWEST_MAGIC = b"FUSENEWS"
 #: Advice where truncating cannot help.
 RESTORE_ADVICE = ("truncate_corrupt=True cannot repair this. Restore the named file (or the whole "
                   "directory) from a backup.")
-#: Any byte that is not zero (to find data after a torn batch without copying the segment).
-_NONZERO = re.compile(rb"[^\x00]")
 
 
 def segment_name(number: int) -> str:
@@ -886,7 +884,7 @@ class _Scan:
             # The slot's header survived (its fields after the length match), so its
             # length is true: nothing of the torn write lies past it.
             end = off + fmt.align_up(bh.length, h.align)
-            if end < len(data) and _NONZERO.search(data, end):
+            if end < len(data) and data.count(0, end) != len(data) - end:
                 return "bytes follow a damaged batch: it was not the last write"
         return None
 
