@@ -300,8 +300,8 @@ class SharedLog:
             if magic == _NEWEST_MAGIC and value == fmt.crc(raw[:-4]):
                 return int(number)
         raise LogCorrupted(path, 0, "the note of the newest segment is damaged",
-                           "Check that every segment in log/ is intact, then delete log/newest "
-                           "(the next open writes it again); truncate_corrupt=True does not repair it.")
+                           "Check that every segment in log/ is intact, then delete log/newest and "
+                           "reopen with truncate_corrupt=True, which writes it again.")
 
     def _write_newest(self, number: int) -> None:
         body = _NEWEST.pack(_NEWEST_MAGIC, number, 0)[:-4]
@@ -673,9 +673,16 @@ class _Scan:
         #: (segment, valid end, last crc, last seq) of the last valid segment: the next one chains to it.
         self.chain_end: tuple[int, int, int, int] = (0, 0, 0, 0)
 
-    def corrupt(self, path: str, offset: int, reason: str, advice: str = TRUNCATE_ADVICE) -> None:
-        """Damage a crash cannot explain: refuse, or (the operator's choice) note the cut and go on."""
-        if not self.truncate or advice is not TRUNCATE_ADVICE:
+    def corrupt(self, path: str, offset: int, reason: str, advice: str = TRUNCATE_ADVICE,
+                repairable: bool | None = None) -> None:
+        """Damage a crash cannot explain: refuse, or (the operator's choice) note the cut and go on.
+
+        ``repairable`` (default: whether the advice is to truncate) says whether
+        ``truncate_corrupt`` may accept it.
+        """
+        if repairable is None:
+            repairable = advice is TRUNCATE_ADVICE
+        if not self.truncate or not repairable:
             raise LogCorrupted(path, offset, reason, advice)
         self.rec.truncated_at = (path, offset)
 
@@ -700,13 +707,15 @@ class _Scan:
                                f"it names segment {newest}, older than segment {start} where the "
                                "checkpoint starts: it is not this log's note",
                                "Check that the checkpoint and log/ come from the same directory; if "
-                               "they do, delete log/newest (the next open writes it again).")
+                               "they do, delete log/newest and reopen with truncate_corrupt=True, which "
+                               "writes it again.")
         if newest is not None and newest not in numbers:
             # The newest segment was complete and synced once: only an outside hand removes it.
             self.corrupt(f"{log.dir.log_dir}/{segment_name(newest)}", 0,
                          "the newest segment the log created is missing (deleted?): its records "
                          "would be lost silently")
         first = True
+        noted_batches = False  # a segment of this version holds batches (so log/newest was written)
         for i, n in enumerate(numbers):
             h = headers[n]
             later = next((headers[m] for m in numbers[i + 1:] if headers[m] is not None), None)
@@ -741,8 +750,13 @@ class _Scan:
                 end_num, end_off, end_crc, end_seq = self.chain_end
                 if (h.prev_segment, h.prev_end, h.prev_crc, h.base_seq) != (
                         end_num, end_off, end_crc, end_seq + 1):
-                    self.corrupt(paths.get(end_num, paths[n]), end_off,
-                                 f"the log ends before the point segment {n} records as its start")
+                    # The segment before was read up to the end this header records (or
+                    # refused), so it is this segment that does not continue the log.
+                    self.corrupt(paths[n], 0,
+                                 f"it does not continue the log: its header says it follows segment "
+                                 f"{h.prev_segment} at byte {h.prev_end}, but the log ends in segment "
+                                 f"{end_num} at byte {end_off} (a file from another log, or segments "
+                                 "between them are missing)")
                     return self._cut(numbers[i:])
             was_first, chain_end, tail = first, self.chain_end, self.rec.tail
             first = False
@@ -753,6 +767,7 @@ class _Scan:
             del data
             if not ok:
                 return self._cut(numbers[i + 1:])
+            noted_batches = noted_batches or (h.size > 0 and self.chain_end[1] > h.align)
             if (self.chain_end[1] == h.align and not (has_ckpt and n == start)
                     and (later is None or later.prev_segment != n)):
                 # No batch, and no later segment chains to it: a segment an open created
@@ -771,6 +786,14 @@ class _Scan:
         if first and has_ckpt:
             self.corrupt(f"{log.dir.log_dir}/{segment_name(start)}", 0,
                          "the segment the checkpoint starts from is missing", RESTORE_ADVICE)
+        if newest is None and noted_batches:
+            # This version notes a segment before any batch goes in: batches without the
+            # note mean it was deleted, and the newest segment with it, perhaps.
+            self.corrupt(f"{log.dir.log_dir}/{NEWEST}", 0,
+                         "the note of the newest segment is missing although the log holds batches",
+                         "If every segment is there, reopen with truncate_corrupt=True to accept the "
+                         "log as it is (the note is written again); else restore the directory.",
+                         repairable=True)
         return None
 
     def check_checkpoint(self, path: str, ckpt: Checkpoint) -> None:

@@ -341,3 +341,37 @@ def test_a_failed_note_of_the_newest_segment_never_makes_the_log_refuse() -> Non
     log, records = open_log(disk, "/e")
     assert records == acked
     log.close()
+
+
+def test_a_deleted_note_and_last_segment_are_refused_and_truncate_corrupt_accepts(written: tuple) -> None:  # type: ignore[type-arg]
+    disk, acked, _, _ = written
+    log, _ = open_log(disk, "/e")
+    add(log, acked, "b", 2)
+    last = log._segments[-1].path
+    log.close()
+    disk.remove(last)
+    disk.remove("/e/log/newest")
+    with pytest.raises(LogCorrupted, match="note of the newest segment is missing"):
+        open_log(disk, "/e")
+    log, records = open_log(disk, "/e", truncate_corrupt=True)  # the operator accepts the log as it is
+    assert records == acked[:25]
+    log.close()
+    log, records = open_log(disk, "/e")  # and the note is back
+    assert records == acked[:25]
+    log.close()
+
+
+def test_a_foreign_segment_is_named_as_the_one_that_does_not_continue_the_log(written: tuple) -> None:  # type: ignore[type-arg]
+    disk, _, _, _ = written
+    other = SimDisk(random.Random(9))
+    log, _ = open_log(other, "/o", rng=random.Random(99))
+    add(log, [], "x", 1)
+    log.close()
+    stray = "/e/log/000000000002.seg"
+    fh = disk.open(stray, create=True)
+    disk.pwrite(fh, read_whole(other, "/o/log/000000000001.seg"), 0)
+    disk.fdatasync(fh)
+    disk.close(fh)
+    with pytest.raises(LogCorrupted, match="does not continue the log") as info:
+        open_log(disk, "/e")
+    assert info.value.path == stray
