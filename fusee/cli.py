@@ -32,9 +32,9 @@ def _records_json(records: list[Any]) -> list[dict[str, Any]]:
 async def _inspect(directory: str, workflow_id: str | None) -> int:
     from fusee.engine.engine import Engine
 
-    # Opening the directory needs no workflow code: runs of unknown types are
-    # listed as stuck and nothing of them runs.
-    engine = await Engine.open(directory, park_after=None)
+    # Read-only: nothing is created or written (no segment, checkpoint or meta),
+    # and no workflow code runs; runs of unknown types are listed as stuck.
+    engine = await Engine.open(directory, park_after=None, read_only=True)
     try:
         if workflow_id is None:
             for s in engine.runs():
@@ -46,6 +46,16 @@ async def _inspect(directory: str, workflow_id: str | None) -> int:
     return 0
 
 
+def _inspect_or_explain(directory: str, workflow_id: str | None) -> int:
+    from fusee.errors import FuseeError
+
+    try:
+        return asyncio.run(_inspect(directory, workflow_id))
+    except FuseeError as e:
+        print(f"fusee: {e}", file=sys.stderr)
+        return 1
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="fusee", description="Fusee: durable execution for asyncio.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -53,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     dc.add_argument("directory", nargs="?", default=".")
     dc.add_argument("--count", type=int, default=diskcheck.DEFAULT_COUNT)
     dc.add_argument("--size", type=int, default=diskcheck.DEFAULT_RECORD_SIZE)
-    ls = sub.add_parser("runs", help="list the workflows of an engine directory (not in use by a process)")
+    ls = sub.add_parser("runs", help="list the workflows of an engine directory (reads only; not while a process writes it)")
     ls.add_argument("directory")
     sh = sub.add_parser("journal", help="print one workflow's journal as JSON")
     sh.add_argument("directory")
@@ -62,8 +72,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "disk-check":
         return diskcheck.main([args.directory, "--count", str(args.count), "--size", str(args.size)])
     if args.command == "runs":
-        return asyncio.run(_inspect(args.directory, None))
-    return asyncio.run(_inspect(args.directory, args.workflow_id))
+        return _inspect_or_explain(args.directory, None)
+    return _inspect_or_explain(args.directory, args.workflow_id)
 
 
 if __name__ == "__main__":

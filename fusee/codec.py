@@ -27,6 +27,7 @@ import functools
 import importlib
 import inspect
 import math
+import re
 import sys
 import traceback as tb
 import typing
@@ -45,6 +46,9 @@ SUPPORTED = (
 
 #: Longest traceback text kept in an ErrorInfo (its last lines are the useful ones).
 MAX_TRACEBACK_CHARS = 16_000
+#: Deepest nesting of lists, dicts and objects a value may have. Checked when it is
+#: encoded, so a value that is recorded can always be decoded again (decoding recurses).
+MAX_DEPTH = 256
 
 
 def _type_name(tp: object) -> str:
@@ -82,14 +86,21 @@ class Codec:
     def encode(self, value: object) -> bytes:
         """The JSON bytes of ``value``; raises SerializationError naming an unsupported type."""
         try:
-            return self._encoder.encode(value)
+            out = self._encoder.encode(value)
         except SerializationError:
             raise
-        except (TypeError, ValueError, OverflowError, RecursionError, msgspec.EncodeError) as error:
+        except RecursionError:
+            raise SerializationError(
+                f"cannot encode a value of type {_type_name(type(value))}: it is nested deeper than "
+                f"{MAX_DEPTH} levels (or holds a reference cycle)"
+            ) from None
+        except (TypeError, ValueError, OverflowError, msgspec.EncodeError) as error:
             raise SerializationError(
                 f"cannot encode a value of type {_type_name(type(value))} ({error}): "
                 f"supported are {SUPPORTED}"
             ) from error
+        _check_encoded(value, out)
+        return out
 
     def decode(self, data: bytes | bytearray | memoryview, tp: object = Any) -> Any:
         """The value of type ``tp`` in ``data`` (``Any``: plain JSON values).
@@ -102,6 +113,8 @@ class Codec:
                 return self._any.decode(data)
             except msgspec.DecodeError as error:
                 raise SerializationError(f"cannot decode the bytes as JSON: {error}") from error
+            except RecursionError:
+                raise SerializationError(f"cannot decode the bytes: nested deeper than {MAX_DEPTH} levels") from None
         return self._decoder_for(tp)(data)
 
     def _decoder_for(self, tp: object) -> Callable[[bytes | bytearray | memoryview], Any]:
@@ -130,6 +143,9 @@ class Codec:
                 raise SerializationError(f"cannot convert the bytes to {name}: {error}") from error
             except msgspec.DecodeError as error:
                 raise SerializationError(f"cannot decode the bytes as JSON for {name}: {error}") from error
+            except RecursionError:
+                raise SerializationError(
+                    f"cannot decode the bytes as {name}: nested deeper than {MAX_DEPTH} levels") from None
 
         return decode
 
@@ -147,6 +163,49 @@ def _dec_hook(tp: type, value: object) -> object:
         model: Any = tp
         return model.model_validate(value)  # its ValidationError is a ValueError
     raise TypeError(f"{_type_name(tp)} is not a supported type (supported are {SUPPORTED})")
+
+
+_STRINGS = re.compile(rb'"(?:[^"\\\\]|\\\\.)*"')
+_TO_SQUARE = bytes.maketrans(b"{}", b"[]")
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+
+
+def _check_encoded(value: object, out: bytes) -> None:
+    """Refuses what JSON cannot carry faithfully: NaN and infinities, and nesting past MAX_DEPTH.
+
+    msgspec writes a non-finite float as ``null``, which would come back as None.
+    Both checks cost nothing for the common value: they look closer only when
+    ``null`` appears, or when there are at least MAX_DEPTH opening brackets.
+    """
+    if b"null" in out:
+        _refuse_non_finite(value)
+    if out.count(b"[") + out.count(b"{") > MAX_DEPTH:
+        # Strings out, one kind of bracket; each pass removes the innermost pairs.
+        shape = _STRINGS.sub(b"", out).translate(_TO_SQUARE, _NOT_BRACKETS)
+        for _ in range(MAX_DEPTH):
+            shape = shape.replace(b"[]", b"")
+            if not shape:
+                return
+        raise SerializationError(
+            f"cannot encode a value of type {_type_name(type(value))}: it is nested deeper than "
+            f"{MAX_DEPTH} levels (the limit keeps every recorded value decodable)"
+        )
+
+
+def _refuse_non_finite(value: object) -> None:
+    stack = [msgspec.to_builtins(value, enc_hook=_enc_hook)]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, float) and not math.isfinite(v):
+            raise SerializationError(
+                f"cannot encode {v!r} (in a value of type {_type_name(type(value))}): JSON has no NaN or "
+                "infinity, and writing null would come back as None. Encode it yourself, e.g. as a "
+                "string or None"
+            )
+        if isinstance(v, dict):
+            stack.extend(v.values())
+        elif isinstance(v, list):
+            stack.extend(v)
 
 
 _default = Codec()

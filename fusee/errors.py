@@ -15,7 +15,18 @@ class FuseeError(Exception):
 
 
 class CorruptRecord(FuseeError):
-    """Bytes that should hold a journal record do not decode as one."""
+    """Bytes that should hold a journal record do not decode as one.
+
+    ``path`` and ``offset`` name the log file and the batch holding the
+    record when it was read from disk (None otherwise).
+    """
+
+    def __init__(self, message: str, *, path: str | None = None, offset: int | None = None) -> None:
+        self.path = path
+        self.offset = offset
+        self.detail = message
+        where = f" (in {path}, batch at byte {offset})" if path is not None else ""
+        super().__init__(f"{message}{where}")
 
 
 class DeterminismError(FuseeError):
@@ -46,21 +57,30 @@ class StorageError(FuseeError):
     """The engine's directory cannot be used as asked."""
 
 
-class LogCorrupted(StorageError):
-    """Damage before the tail of the log: acknowledged data may be affected.
+#: What ``LogCorrupted`` advises unless the case calls for other advice.
+TRUNCATE_ADVICE = (
+    "Copy the directory first; then reopen with truncate_corrupt=True to cut the log at the "
+    "damage (every record after it, acknowledged or not, is lost)."
+)
 
-    The engine refuses to open instead of dropping data silently. Inspect the
-    named file; to accept the loss, reopen with ``truncate_corrupt=True``,
-    which truncates the log at the damage.
+
+class LogCorrupted(StorageError):
+    """Damage the log cannot explain by a crash: acknowledged data may be affected.
+
+    The engine refuses to open instead of dropping data silently. The message
+    names the file and byte offset, and says what is safe to do for this case
+    (``advice``): sometimes reopening with ``truncate_corrupt=True``, sometimes
+    restoring a file from a backup, where truncating would not help.
     """
 
-    def __init__(self, path: str, offset: int, reason: str) -> None:
+    def __init__(self, path: str, offset: int, reason: str, advice: str = TRUNCATE_ADVICE) -> None:
         self.path = path
         self.offset = offset
+        self.reason = reason
+        self.advice = advice
         super().__init__(
-            f"log file {path} is damaged at byte {offset} ({reason}) and valid batches follow: "
-            "refusing to open so that no acknowledged record is dropped silently. "
-            "Reopen with truncate_corrupt=True to truncate the log at the damage."
+            f"log file {path} is damaged at byte {offset} ({reason}): refusing to open so that "
+            f"no acknowledged record is dropped silently. {advice}"
         )
 
 
@@ -93,6 +113,22 @@ class ShardCountMismatch(StorageError):
     """The directory was created with another shard count."""
 
 
+class NotAnEngineDirectory(StorageError):
+    """The path is not an engine directory: a file, a directory holding other things, or a missing one.
+
+    Nothing in it was created, changed or removed. Point the engine at an
+    empty or new directory, or at one that an engine created.
+    """
+
+
+class InvalidMeta(StorageError):
+    """The directory's meta file is damaged or holds values out of range; the message names it.
+
+    The meta file is ``{"format": 3, "shards": N}``. Restore it from a backup,
+    or rewrite it by hand with the shard count the directory was created with.
+    """
+
+
 # --- engine and client API --------------------------------------------
 
 
@@ -119,6 +155,10 @@ class WorkflowEnded(FuseeError):
             "updates, cancels, terminates or resumes. Its result() and queries stay available; "
             "to run the ID again, start it with if_finished='start'"
         )
+
+
+class InvalidWorkflowId(FuseeError, ValueError):
+    """A workflow ID that cannot be journaled (not valid Unicode text)."""
 
 
 class AlreadyExists(FuseeError):

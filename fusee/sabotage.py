@@ -18,6 +18,7 @@ class Sabotage:
     accept_torn_batch: bool = False
     skip_dir_fsync: bool = False
     retry_failed_fsync: bool = False
+    skip_recovery_sync: bool = False
     # engine
     ack_before_durable: bool = False
     step_before_gate: bool = False

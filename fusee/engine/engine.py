@@ -22,7 +22,15 @@ from fusee.core import records as rec
 from fusee.definitions import QueryDef, SignalDef, UpdateDef, WorkflowDef
 from fusee.durations import to_ms
 from fusee.engine import periodic
-from fusee.errors import EngineClosed, FuseeError, LogFailed, WrongEventLoop
+from fusee.errors import (
+    CorruptRecord,
+    EngineClosed,
+    FuseeError,
+    InvalidWorkflowId,
+    LogCorrupted,
+    StorageError,
+    WrongEventLoop,
+)
 from fusee.retry import Retry
 from fusee.runtime import ended
 from fusee.runtime.context import Duration
@@ -31,7 +39,8 @@ from fusee.runtime.runtime import IF_FINISHED, IF_RUNNING, Runtime
 from fusee.runtime.table import dedup_key
 from fusee.runtime.wfloop import WorkflowLoop
 from fusee.storage.committer import GroupCommitter
-from fusee.storage.log import SharedLog
+from fusee.storage.directory import existing_shards
+from fusee.storage.log import RESTORE_ADVICE, SharedLog
 
 #: Where an engine opened without a path keeps its (in-memory) directory.
 MEMORY_PATH = "/fusee-memory"
@@ -146,6 +155,8 @@ class Engine:
     _closed: bool
     _committer: GroupCommitter
     _rt: Runtime
+    #: Opened for inspection only: nothing is written, no workflow code runs.
+    _read_only: bool
     #: Log records the last open read after the checkpoint.
     recovered_records: int
 
@@ -168,9 +179,11 @@ class Engine:
         blob_threshold: int = 256 << 10,
         checkpoint_every: int = 200_000,
         checkpoint_interval: float | None = None,
+        checkpoint_bytes: int | None = None,
         park_after: float | None = 60.0,
         max_loaded: int | None = None,
         retention: float | None = None,
+        read_only: bool = False,
     ) -> _Opening:
         """Opens (or creates) the engine directory ``path`` and recovers it.
 
@@ -179,12 +192,18 @@ class Engine:
         survives the process). ``shards`` is fixed when the directory is
         created. ``truncate_corrupt`` is the operator's option to open a log
         damaged before its tail by truncating it at the damage (it loses what
-        followed). Raises :class:`fusee.errors.DirectoryLocked` if another
-        process holds the directory.
+        followed). A checkpoint is written every ``checkpoint_every`` records
+        and every ``checkpoint_bytes`` bytes of records (default: one segment,
+        ``segment_bytes``), which bounds recovery's time and memory. Raises
+        :class:`fusee.errors.DirectoryLocked` if another
+        process holds the directory, :class:`fusee.errors.NotAnEngineDirectory`
+        if ``path`` is a file or a non-empty directory that no engine created
+        (it is left untouched). ``read_only=True`` opens an existing directory
+        for inspection (``runs``, ``describe``, ``journal``): nothing is
+        written and no workflow code runs.
 
-        A checkpoint is written every ``checkpoint_every`` records and, with
-        ``checkpoint_interval`` (seconds), also that often while records were
-        appended since the last one: either bounds what the next open reads.
+        ``checkpoint_interval`` (seconds) also writes one that often while
+        records were appended since the last one.
         """
         return _Opening(
             cls._open(
@@ -200,9 +219,11 @@ class Engine:
                 blob_threshold=blob_threshold,
                 checkpoint_every=checkpoint_every,
                 checkpoint_interval=checkpoint_interval,
+                checkpoint_bytes=checkpoint_bytes,
                 park_after=park_after,
                 max_loaded=max_loaded,
                 retention=retention,
+                read_only=read_only,
             )
         )
 
@@ -222,9 +243,11 @@ class Engine:
         blob_threshold: int,
         checkpoint_every: int,
         checkpoint_interval: float | None,
+        checkpoint_bytes: int | None,
         park_after: float | None,
         max_loaded: int | None,
         retention: float | None,
+        read_only: bool = False,
     ) -> Engine:
         registry: dict[str, WorkflowDef[Any, Any]] = {}
         for w in workflows:
@@ -238,6 +261,8 @@ class Engine:
         if not isinstance(checkpoint_every, int) or checkpoint_every < 1:
             raise ValueError(f"checkpoint_every must be a positive int, got {checkpoint_every!r}")
         interval = periodic.check_interval(checkpoint_interval)
+        if checkpoint_bytes is not None and (not isinstance(checkpoint_bytes, int) or checkpoint_bytes < 1):
+            raise ValueError(f"checkpoint_bytes must be a positive int, got {checkpoint_bytes!r}")
         if shards is not None and (not isinstance(shards, int) or isinstance(shards, bool) or shards < 1):
             raise ValueError(f"shards must be a positive int, got {shards!r}")
         if retry is not None and not isinstance(retry, Retry):
@@ -263,6 +288,7 @@ class Engine:
                 blob_threshold=blob_threshold,
                 truncate_corrupt=truncate_corrupt,
                 rng=env.rng,
+                read_only=read_only,
             )
 
         # Recovery reads files: off the loop on a real disk, inline on memory or in a simulation.
@@ -275,35 +301,55 @@ class Engine:
         self._own_env = own_env
         self._log = log
         self._closed = False
-        self._committer = GroupCommitter(
-            log,
-            run_blocking=env.run_io,
-            inline=env.inline_flush,
-            on_durable=lambda durable: self._rt.on_durable(durable),
-        )
-        self._rt = Runtime(
-            env,
-            self._committer,
-            log.shards,
-            registry,
-            retry or Retry(),
-            park_after=park_after,
-            max_loaded=max_loaded,
-            retention=retention,
-            checkpoint_every=checkpoint_every,
-        )
-        if recovery.checkpoint is not None:
-            self._rt.load_checkpoint(recovery.checkpoint)
-        self._rt.load((shard, lsn, rec.decode(data)) for shard, lsn, data in recovery.records)
-        self.recovered_records = len(recovery.records)
-        self._rt.resume_all()
-        self._rt.check_parked_code()
+        self._read_only = read_only
+        try:
+            self._committer = GroupCommitter(
+                log,
+                run_blocking=env.run_io,
+                inline=env.inline_flush,
+                on_durable=lambda durable: self._rt.on_durable(durable),
+            )
+            self._rt = Runtime(
+                env,
+                self._committer,
+                log.shards,
+                registry,
+                retry or Retry(),
+                park_after=park_after,
+                max_loaded=max_loaded,
+                retention=retention,
+                checkpoint_every=checkpoint_every,
+            )
+            self._load(recovery, f"{log.dir.path}/checkpoint")
+            self.recovered_records = len(recovery.records)
+            if not read_only:
+                self._rt.resume_all()
+                self._rt.check_parked_code()
+        except BaseException:
+            # A failed open leaves nothing held: the directory can be opened again in-process.
+            rt = getattr(self, "_rt", None)
+            if rt is not None:
+                rt.closed = True
+                rt.timers.close()
+            log.close()
+            if own_env and isinstance(env, RealEnv):
+                env.close()
+            raise
+        log.on_failed = self._fail_waiters
+        if checkpoint_bytes is not None:
+            log.checkpoint_bytes = checkpoint_bytes
+        rt = self._rt
+
+        def checkpoint_soon() -> None:
+            rt.loop.call_soon(rt.checkpoint)
+
+        log.on_checkpoint_due = checkpoint_soon
         logger.info(
             "opened %s: %d records read after the checkpoint; %d workflows, %d loaded, %d stuck",
-            dir_path, self.recovered_records, len(self._rt.wf), self._rt.loaded_runs, len(self._rt.stuck),
+            dir_path, self.recovered_records, len(rt.wf), rt.loaded_runs, len(rt.stuck),
         )
-        if interval is not None:
-            periodic.every(self._rt.loop, interval, self._periodic_checkpoint)
+        if interval is not None and not read_only:
+            periodic.every(rt.loop, interval, self._periodic_checkpoint)
         return self
 
     def _periodic_checkpoint(self) -> bool:
@@ -313,6 +359,58 @@ class Engine:
         if self._rt.appended_since_checkpoint():
             self._rt.checkpoint()
         return True
+
+    def _load(self, recovery: Any, ckpt_path: str) -> None:
+        """Loads the checkpoint and records; what does not decode is a typed error naming where it is."""
+        if recovery.checkpoint is not None:
+            try:
+                self._rt.load_checkpoint(recovery.checkpoint)
+            except Exception as e:  # a valid checksum over content this code cannot read
+                raise LogCorrupted(ckpt_path, 0, f"the checkpoint's content does not decode "
+                                   f"({type(e).__name__}: {e})", RESTORE_ADVICE) from e
+        at = 0
+
+        def decoded() -> Generator[tuple[int, int, rec.Record], None, None]:
+            nonlocal at
+            for i, (shard, lsn, data) in enumerate(recovery.records):
+                at = i
+                r = rec.decode(data)
+                if type(r) is rec.Start and not r.id:
+                    raise CorruptRecord("a Start record with an empty workflow ID")
+                yield shard, lsn, r
+
+        try:
+            self._rt.load(decoded())
+        except (CorruptRecord, ValueError, TypeError, IndexError, KeyError, RecursionError) as e:
+            path, offset = recovery.where(at) or (None, None)
+            shard, lsn, _ = recovery.records[at]
+            detail = e.detail if isinstance(e, CorruptRecord) else f"{type(e).__name__}: {e}"
+            raise CorruptRecord(
+                f"log record {lsn} of shard {shard} cannot be loaded ({detail}). Restore the directory "
+                "from a backup; the engine cannot open a log with a record it does not understand",
+                path=path, offset=offset,
+            ) from e
+
+    def _fail_waiters(self, cause: BaseException | None) -> None:
+        """Wakes every ``result()`` and ``update()`` waiter with EngineClosed: nothing more becomes durable."""
+        why = "was closed" if cause is None else f"log failed ({cause})"
+        for st in self._rt.wf.values():
+            waiters: list[asyncio.Future[Any]] = list(st.waiters or ())
+            st.waiters = None
+            run = st.run
+            if run is not None:
+                waiters.extend(run.update_waiters.values())
+                waiters.extend(run.update_inflight.values())
+                for futs in run.update_by_ordinal.values():
+                    waiters.extend(futs)
+            for fut in waiters:
+                if not fut.done():
+                    err = EngineClosed(
+                        f"the engine {why} while a caller waited on {st.id!r}; nothing more is "
+                        "acknowledged. Open the directory again and ask again (the run continues there)."
+                    )
+                    err.__cause__ = cause
+                    fut.set_exception(err)
 
     # --- helpers ---------------------------------------------------------
 
@@ -351,7 +449,12 @@ class Engine:
             return
         try:
             await self._rt.wait_durable(shard, lsn)
-        except LogFailed as e:
+        except StorageError as e:
+            if self._closed:
+                raise EngineClosed(
+                    "the engine was closed before this request became durable; it was not "
+                    "acknowledged. Open the directory again and retry it."
+                ) from e
             raise EngineClosed(
                 f"the engine's log failed ({e}); this request was not acknowledged. "
                 "Close the engine and open the directory again."
@@ -364,6 +467,13 @@ class Engine:
     def _check_id(workflow_id: object) -> str:
         if not isinstance(workflow_id, str) or not workflow_id:
             raise TypeError(f"a workflow id must be a non-empty string, got {workflow_id!r}")
+        try:
+            workflow_id.encode("utf-8")
+        except UnicodeEncodeError:
+            raise InvalidWorkflowId(
+                f"workflow id {workflow_id!r} is not valid Unicode text (it holds a lone surrogate) "
+                "and cannot be journaled: pass a proper str (decode bytes with errors='strict')"
+            ) from None
         return workflow_id
 
     # --- the client API -----------------------------------------------------
@@ -648,7 +758,8 @@ class Engine:
     async def checkpoint(self) -> None:
         """Writes a checkpoint now: the next open reads it instead of the log before it.
 
-        The engine also writes one every ``checkpoint_every`` records, and at close.
+        The engine also writes one every ``checkpoint_every`` records or
+        ``checkpoint_bytes`` bytes, and at close.
         """
         self._check_open()
         self._rt.checkpoint()
@@ -687,16 +798,22 @@ class Engine:
             t.cancel()
         if rt._tasks:
             await asyncio.gather(*rt._tasks, return_exceptions=True)
+        self._fail_waiters(None)
+        failed: FuseeError | None = None
         try:
-            if self._log.failed is None:
+            if self._log.failed is None and not self._read_only:
                 self._log.checkpoint(rt.checkpoint_state())
-        except FuseeError:
-            pass
+        except FuseeError as e:
+            # Nothing acknowledged is lost (the log has it all), but the caller must hear of it.
+            failed = e
+            logger.error("the checkpoint at close failed: %s", e)
         finally:
             await self._committer.close()
             self._log.close()
             if self._own_env and isinstance(self._env, RealEnv):
                 self._env.close()
+        if failed is not None:
+            raise failed
 
     async def __aenter__(self) -> Engine:
         return self
@@ -736,17 +853,7 @@ def _retry_view(journal: list[rec.Record]) -> dict[str, Any]:
 
 def _existing_shards(storage: Any, path: str) -> int:
     """The shard count an existing directory was created with (1 for a new one)."""
-    import json
-
-    from fusee.storage.seam import read_whole
-
-    meta = f"{path.rstrip('/')}/meta"
-    try:
-        if storage.exists(meta):
-            return int(json.loads(read_whole(storage, meta))["shards"])
-    except (ValueError, KeyError, TypeError, OSError):
-        pass  # the log's own open reports a damaged meta file clearly
-    return 1
+    return existing_shards(storage, path) or 1
 
 
 def _dedup(key: str | None) -> int:

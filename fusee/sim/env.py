@@ -144,6 +144,11 @@ class SimEnv:
         assert delay >= 0.0, f"I/O latency {delay} must not be negative"
 
         def complete() -> None:
+            # Storage work here (a flush) may be killed inside an fdatasync (SimDisk.arm_kills).
+            disk = self.storage
+            armed = hasattr(disk, "kill_armed")
+            if armed:
+                disk.kill_armed = True
             try:
                 value = fn()
             except BaseException as e:  # the caller sees exactly what fn raised
@@ -153,6 +158,9 @@ class SimEnv:
                 if not fut.done():
                     fut.set_exception(e)
                 return
+            finally:
+                if armed:
+                    disk.kill_armed = False
             self.io_done += 1
             if self._withhold(None):
                 return

@@ -21,6 +21,12 @@ class Report:
     crashes: int = 0
     #: Crashes right after an I/O completed, before the engine heard of it.
     crashes_after_io: int = 0
+    #: Crashes that took the power too (unsynced writes resolved); the others keep the page cache.
+    power_losses: int = 0
+    #: Processes killed inside an fdatasync (the write stays cached, unsynced).
+    kills_in_sync: int = 0
+    #: Lock files an outside hand deleted (a second opener must still be refused).
+    lock_deletions: int = 0
     #: Supervisor restarts after the log failed (not a crash).
     restarts: int = 0
     flush_failures: int = 0
@@ -54,6 +60,9 @@ class Report:
 COVERAGE = (
     "crashes",
     "crashes_after_io",
+    "power_losses",
+    "kills_in_sync",
+    "lock_deletions",
     "flush_failures",
     "torn_tails",
     "replays",

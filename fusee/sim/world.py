@@ -30,6 +30,7 @@ from fusee.sim.env import SimEnv
 from fusee.sim.loop import SimDeadlock, SimLoop
 from fusee.sim.plan import Action, Cancel, Plan, Signal, Start, Update
 from fusee.sim.report import Report
+from fusee.storage.log import SharedLog
 from fusee.storage.simdisk import SimDisk
 
 #: Where the engine's directory lives on the simulated disk.
@@ -95,6 +96,11 @@ class World:
         self.rng = random.Random(f"world-{cfg.seed}")
         self.disk = SimDisk(random.Random(f"disk-{cfg.seed}"),
                             fail_flush_rate=cfg.flush_fail_per_mille / 1000.0)
+        # Process crashes (page cache kept), kills inside an fdatasync and outside hands
+        # draw from their own rng, so the rest of a seed's world stays as it was.
+        self.kill_rng = random.Random(f"kills-{cfg.seed}")
+        kill_rate = self.kill_rng.choice([0.0, 0.005, 0.02]) if cfg.crash_every_ms else 0.0
+        self.disk.arm_kills(random.Random(f"kill-at-{cfg.seed}"), kill_rate)
         self.report = Report(seed=cfg.seed)
         self.obs = Observed()
         self.obs.children = {k: list(v) for k, v in self.plan.children.items()}
@@ -164,6 +170,14 @@ class World:
         return self.rng.uniform(0.0, self.cfg.max_msg_ms / 1000.0)
 
     def _after_io(self, error: BaseException | None) -> bool:
+        if self.disk.killed:
+            # Killed inside an fdatasync: the engine never hears how the I/O went.
+            if not self.crash_pending:
+                self.crash_pending = True
+                self.loop.stop()
+                self.report.kills_in_sync += 1
+                self.log("the process is killed inside an fdatasync (its write stays in the page cache)")
+            return True
         if isinstance(error, OSError) and not self.restart_pending:
             # A supervisor restarts a process whose log failed.
             self.log(f"I/O failed: {error}; the supervisor will restart the process")
@@ -228,7 +242,7 @@ class World:
                 # The disk failed during the open itself: the supervisor tries again.
                 self.log(f"open failed ({type(e).__name__}); restarting (attempt {attempt + 1})")
                 self.dead.append(self.loop)
-                self.disk.crash()
+                self.disk.crash_process()
                 self.t = self.loop.now
                 continue
             except Exception as e:
@@ -237,8 +251,24 @@ class World:
                 self.opening = False
             self.restart_pending = False
             self.t = self.loop.now
+            if self.faults and self.kill_rng.random() < 0.1:
+                self._second_writer()
             return
         raise self.fail("the engine could not be opened in 20 attempts")
+
+    def _second_writer(self) -> None:
+        """An outside hand deletes the lock file, then a second process opens the directory."""
+        lock = f"{DATA_DIR}/lock"
+        if self.disk.exists(lock):
+            self.disk.remove(lock)
+        self.report.lock_deletions += 1
+        try:
+            log, _ = SharedLog.open(self.disk, DATA_DIR, self.cfg.shards, segment_bytes=self.cfg.segment_bytes)
+        except errors.DirectoryLocked:
+            self.log("an outside hand deleted the lock file; a second opener was refused")
+            return
+        log.close()
+        raise self.fail("a second process opened the engine directory after its lock file was deleted")
 
     def _crash(self, kind: str) -> None:
         self.t = self.loop.now
@@ -247,13 +277,21 @@ class World:
             self.log("restart: the supervisor kills the process after its log failed")
         else:
             self.report.crashes += 1
-            self.log("crash: the process dies; unsynced writes are lost or torn")
         self.dead.append(self.loop)
         self._add_engine_stats()
         self.engine = None
         for hook in self.plan.on_crash:
             hook()
-        self.disk.crash()
+        if kind == _RESTART or self.disk.killed or self.kill_rng.random() < 0.5:
+            # The process dies, the machine stays up: the page cache keeps unsynced writes,
+            # which a later power loss (of any later life) may still drop or tear.
+            if kind != _RESTART:
+                self.log("crash: the process dies; the page cache keeps unsynced writes")
+            self.disk.crash_process()
+        else:
+            self.report.power_losses += 1
+            self.log("crash: the power fails; unsynced writes are lost or torn")
+            self.disk.crash()
         torn = self.disk.stats.sectors_torn
         if torn > self._torn_before:
             self.report.torn_tails += 1
@@ -535,6 +573,7 @@ class World:
         # Faults stop; every acknowledged workflow must now finish.
         self.faults = False
         self.disk.fail_flush_rate = 0.0
+        self.disk.arm_kills(random.Random(0), 0.0)
         self._events = [e for e in self._events if e[2] != _CRASH]
         heapq.heapify(self._events)
         self.log("faults stop")

@@ -6,7 +6,7 @@ sections of length-prefixed records::
 
     segment header  magic "FUSEESEG", version, align, segment number, life,
                     salt, base seq, previous segment, its valid end, its last
-                    batch crc, header crc
+                    batch crc, (version 2:) the preallocated size, header crc
     batch header    magic, length, crc, sections, seq, prev crc, records, life
     section         shard, count, first lsn, then ``count`` records
     record          u32 length (top bit: a blob reference) + bytes
@@ -22,18 +22,23 @@ from dataclasses import dataclass
 
 import crc32c
 
-VERSION = 1
+VERSION = 2
 SEG_MAGIC = b"FUSEESEG"
 BATCH_MAGIC = 0x31425346  # b"FSB1" little-endian
 BATCH_MAGIC_BYTES = struct.pack("<I", BATCH_MAGIC)
 
-SEG_HEADER = struct.Struct("<8sHHIQQQQQQII")
+SEG_HEADER_V1 = struct.Struct("<8sHHIQQQQQQII")
+#: Version 2 adds the size the segment was preallocated to: a shorter file was cut.
+SEG_HEADER = struct.Struct("<8sHHIQQQQQQIQI")
 BATCH_HEADER = struct.Struct("<IIIIQIIQ")
 SECTION = struct.Struct("<IIQ")
 U32 = struct.Struct("<I")
 BLOB_REF = struct.Struct("<QQQI")  # life, number, size, crc of the blob's bytes
 BLOB_FLAG = 1 << 31
 MAX_RECORD = BLOB_FLAG - 1
+#: Bounds on what a segment header may say (a larger value is damage, not a segment).
+MAX_ALIGN = 1 << 20
+MAX_SEGMENT = 1 << 40
 
 assert BATCH_HEADER.size == 40 and SECTION.size == 16
 
@@ -62,26 +67,33 @@ class SegmentHeader:
     prev_segment: int  # 0: none
     prev_end: int  # where the previous segment's accepted batches end
     prev_crc: int  # crc of the previous segment's last accepted batch (0: none)
+    size: int = 0  # bytes preallocated at creation (0: a version-1 header, size unknown)
     crc: int = 0
 
     def encode(self) -> bytes:
         body = SEG_HEADER.pack(SEG_MAGIC, VERSION, 0, self.align, self.segment, self.life, self.salt,
-                               self.base_seq, self.prev_segment, self.prev_end, self.prev_crc, 0)
+                               self.base_seq, self.prev_segment, self.prev_end, self.prev_crc,
+                               self.size, 0)
         return body[:-4] + U32.pack(crc(body[:-4]))
 
     @classmethod
-    def decode(cls, data: bytes) -> SegmentHeader | None:
+    def decode(cls, data: bytes | memoryview) -> SegmentHeader | None:
         """The header, or None when the bytes are not a complete, intact one."""
-        if len(data) < SEG_HEADER.size:
+        if len(data) < SEG_HEADER_V1.size:
             return None
-        (magic, version, _flags, align, segment, life, salt, base_seq, prev_segment, prev_end,
-         prev_crc, _zero) = SEG_HEADER.unpack_from(data)
-        (stored,) = U32.unpack_from(data, SEG_HEADER.size - 4)
-        if magic != SEG_MAGIC or version != VERSION or stored != crc(data[:SEG_HEADER.size - 4]):
+        (version,) = struct.unpack_from("<H", data, 8)
+        st = SEG_HEADER if version == VERSION else SEG_HEADER_V1
+        if len(data) < st.size:
             return None
-        if align < SEG_HEADER.size or align & (align - 1):
+        fields = st.unpack_from(data)
+        magic, version, _flags, align, segment, life, salt, base_seq, prev_segment, prev_end, prev_crc = fields[:11]
+        size = fields[11] if st is SEG_HEADER else 0
+        (stored,) = U32.unpack_from(data, st.size - 4)
+        if magic != SEG_MAGIC or version not in (1, VERSION) or stored != crc(data[:st.size - 4]):
             return None
-        return cls(align, segment, life, salt, base_seq, prev_segment, prev_end, prev_crc, stored)
+        if align < st.size or align & (align - 1) or align > MAX_ALIGN or size > MAX_SEGMENT:
+            return None  # counts from disk are bounded before anything acts on them
+        return cls(align, segment, life, salt, base_seq, prev_segment, prev_end, prev_crc, size, stored)
 
     def chain_start(self) -> int:
         """The ``prev crc`` the segment's first batch carries."""

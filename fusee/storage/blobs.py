@@ -35,6 +35,9 @@ def read_blob(storage: Storage, directory: str, ref: BlobRef) -> bytes | None:
         return None
     fh = storage.open(path)
     try:
+        # The size comes from disk: read no more than the file holds.
+        if storage.size(fh) != BLOB_HEADER.size + ref.size:
+            return None
         raw = storage.pread(fh, BLOB_HEADER.size + ref.size, 0)
     finally:
         storage.close(fh)

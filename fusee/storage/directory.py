@@ -2,32 +2,47 @@
 
 ::
 
-    <dir>/lock          exclusive lock (flock), holds the owner's PID
+    <dir>/lock          the owner's PID (for the DirectoryLocked message only)
     <dir>/meta          format version and shard count (fixed at creation)
     <dir>/checkpoint    the latest checkpoint
-    <dir>/log/          log segments, NNNNNNNNNNNN.seg
+    <dir>/log/          log segments, NNNNNNNNNNNN.seg, and ``newest`` (the newest segment's number)
     <dir>/blobs/        large records, <life>-<n>.blob
+
+The lock is a ``flock`` on the directory itself, so deleting ``lock`` cannot
+let a second writer in. A directory is ours only if it holds our meta file:
+anything else that is not empty is refused untouched.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import posixpath
 
 from fusee import sabotage
-from fusee.errors import ShardCountMismatch, StorageError
-from fusee.storage.seam import LockHandle, Storage, read_whole, write_durably
+from fusee.errors import InvalidMeta, NotAnEngineDirectory, ShardCountMismatch, StorageError
+from fusee.storage.seam import LockHandle, Storage, write_durably
 
 #: The layout and log format this code writes (the original's "format 3": one shared log).
 FORMAT = 3
+#: The most shards a directory may have: a bound on what a meta file may make us allocate.
+MAX_SHARDS = 4096
+#: A meta file is a few dozen bytes; anything much larger is not ours.
+MAX_META_BYTES = 4096
+META = "meta"
+#: What an interrupted creation may leave in a directory that has no meta file yet.
+_CREATION_LEFTOVERS = frozenset({"meta.tmp"})
 
 
 class EngineDirectory:
     """A locked engine directory whose meta file agrees with the caller's shard count."""
 
-    def __init__(self, storage: Storage, path: str, lock: LockHandle, shards: int) -> None:
+    def __init__(self, storage: Storage, path: str, lock: LockHandle, shards: int,
+                 read_only: bool = False) -> None:
         self.storage = storage
         self.path = path.rstrip("/") or "/"
         self.shards = shards
+        self.read_only = read_only
         self._lock: LockHandle | None = lock
 
     @property
@@ -39,20 +54,33 @@ class EngineDirectory:
         return f"{self.path}/blobs"
 
     @classmethod
-    def open(cls, storage: Storage, path: str, shards: int) -> EngineDirectory:
+    def open(cls, storage: Storage, path: str, shards: int, *, read_only: bool = False) -> EngineDirectory:
         """Creates the directory if needed, takes its lock and checks (or writes) its meta file.
 
-        Raises ``DirectoryLocked`` if another process (or another open in this
-        one) holds it, ``ShardCountMismatch`` if it was created with another
-        shard count.
+        Raises ``NotAnEngineDirectory`` for a file, or a non-empty directory
+        without our meta file (nothing in it is touched), ``DirectoryLocked``
+        if another process (or another open in this one) holds it,
+        ``ShardCountMismatch`` if it was created with another shard count,
+        ``InvalidMeta`` if its meta file is damaged. ``read_only`` writes
+        nothing at all: the directory must exist and be an engine directory.
         """
-        if shards < 1:
-            raise ValueError(f"shards must be at least 1, not {shards}")
+        if not isinstance(shards, int) or not 1 <= shards <= MAX_SHARDS:
+            raise ValueError(f"shards must be an int from 1 to {MAX_SHARDS}, not {shards!r}")
         path = path.rstrip("/") or "/"
-        storage.makedirs(path)
-        lock = storage.lock(f"{path}/lock")
+        if storage.exists(path) and not storage.is_dir(path):
+            raise NotAnEngineDirectory(
+                f"{path} is a file, not a directory: give Engine.open the path of a directory "
+                "(a new one is created)")
+        if not storage.exists(path):
+            if read_only:
+                raise NotAnEngineDirectory(f"{path} does not exist: there is no engine directory to read")
+            storage.makedirs(path)
+            parent = posixpath.dirname(path)
+            if parent and not sabotage.active.skip_dir_fsync:
+                storage.fsync_dir(parent)  # the new directory's name survives a crash
+        lock = storage.lock(path, shared=read_only)
         try:
-            d = cls(storage, path, lock, shards)
+            d = cls(storage, path, lock, shards, read_only)
             d._setup()
         except BaseException:
             storage.unlock(lock)
@@ -61,6 +89,26 @@ class EngineDirectory:
 
     def _setup(self) -> None:
         s = self.storage
+        names = set(s.listdir(self.path))
+        if META not in names:
+            if names - _CREATION_LEFTOVERS:
+                raise NotAnEngineDirectory(self._foreign_message(names))
+            if self.read_only:
+                raise NotAnEngineDirectory(
+                    f"{self.path} is empty: it holds no engine directory (nothing was written)")
+            # Meta first: a directory with our meta file and nothing else is a valid empty engine.
+            meta = {"format": FORMAT, "shards": self.shards}
+            write_durably(s, self.path, META, json.dumps(meta).encode())
+        else:
+            shards = read_meta(s, self.path)
+            if shards != self.shards:
+                raise ShardCountMismatch(
+                    f"{self.path} was created with {shards} shards (its meta file says so) and cannot be "
+                    f"opened with {self.shards}: the shard count is fixed at creation. "
+                    f"Open it with shards={shards}, or without shards= to use the directory's own count."
+                )
+        if self.read_only:
+            return
         created = False
         for sub in (self.log_dir, self.blob_dir):
             if not s.exists(sub):
@@ -68,30 +116,79 @@ class EngineDirectory:
                 created = True
         if created and not sabotage.active.skip_dir_fsync:
             s.fsync_dir(self.path)
-        meta_path = f"{self.path}/meta"
-        if not s.exists(meta_path):
-            meta = {"format": FORMAT, "shards": self.shards}
-            write_durably(s, self.path, "meta", json.dumps(meta).encode())
-            return
+        # Only tells a second opener who holds the directory: never synced, never read back by us.
+        pid = getattr(s, "pid", None) or os.getpid()  # a SimDisk plays a process of its own
+        fh = s.open(f"{self.path}/lock", create=True)
         try:
-            meta = json.loads(read_whole(s, meta_path))
-            fmt, shards = int(meta["format"]), int(meta["shards"])
-        except (ValueError, KeyError, TypeError) as e:
-            raise StorageError(
-                f"{meta_path} is not a Fusee meta file ({e}): is {self.path} an engine directory?"
-            ) from None
-        if fmt != FORMAT:
-            raise StorageError(
-                f"{self.path} holds storage format {fmt}; this version of Fusee reads format {FORMAT}"
+            s.truncate(fh, 0)
+            s.pwrite(fh, f"{pid}\n".encode(), 0)
+        finally:
+            s.close(fh)
+
+    def _foreign_message(self, names: set[str]) -> str:
+        ours = {"log", "checkpoint", "blobs"} & names
+        if ours:
+            return (
+                f"{self.path} has no meta file but holds {', '.join(sorted(ours))}: its meta file was "
+                "lost or deleted. Nothing was changed. Restore meta from a backup, or write it by hand "
+                f'as {{"format": {FORMAT}, "shards": N}} with the shard count the directory was '
+                "created with (a wrong count misreads the log)."
             )
-        if shards != self.shards:
-            raise ShardCountMismatch(
-                f"{self.path} was created with {shards} shards and cannot be opened with {self.shards}: "
-                f"the shard count is fixed at creation. Open it with shards={shards}."
-            )
+        shown = ", ".join(sorted(names)[:5]) + (", ..." if len(names) > 5 else "")
+        return (
+            f"{self.path} is not an engine directory: it is not empty ({shown}) and has no Fusee meta "
+            "file. Nothing in it was changed. Give Engine.open a new or empty directory."
+        )
 
     def close(self) -> None:
         """Releases the lock (idempotent)."""
         if self._lock is not None:
             self.storage.unlock(self._lock)
             self._lock = None
+
+
+def read_meta(storage: Storage, path: str) -> int:
+    """The shard count the meta file of the engine directory ``path`` records.
+
+    Raises ``InvalidMeta`` (naming the file) when it is damaged, too large, or
+    holds a format or shard count this version cannot use.
+    """
+    meta_path = f"{path.rstrip('/') or '/'}/{META}"
+    fh = storage.open(meta_path)
+    try:
+        size = storage.size(fh)
+        if size > MAX_META_BYTES:
+            raise InvalidMeta(f"{meta_path} holds {size} bytes, not a Fusee meta file (a few dozen bytes)")
+        raw = storage.pread(fh, size, 0)
+    finally:
+        storage.close(fh)
+    try:
+        meta = json.loads(raw)
+    except (ValueError, RecursionError) as e:
+        raise InvalidMeta(f"{meta_path} is not a Fusee meta file: it is not JSON ({e})") from None
+    fmt = meta.get("format") if isinstance(meta, dict) else None
+    shards = meta.get("shards") if isinstance(meta, dict) else None
+    if type(fmt) is not int:
+        raise InvalidMeta(f'{meta_path} is not a Fusee meta file: no integer "format" in {raw[:100]!r}')
+    if fmt != FORMAT:
+        raise StorageError(
+            f"{path} holds storage format {fmt}; this version of Fusee reads format {FORMAT}"
+        )
+    if type(shards) is not int or not 1 <= shards <= MAX_SHARDS:
+        raise InvalidMeta(
+            f'{meta_path} is damaged: "shards" must be an integer from 1 to {MAX_SHARDS}, '
+            f"found {shards!r}. Restore it from a backup or rewrite it with the directory's shard count."
+        )
+    return shards
+
+
+def existing_shards(storage: Storage, path: str) -> int | None:
+    """The shard count of the engine directory at ``path`` if it has a readable meta file, else None."""
+    path = path.rstrip("/") or "/"
+    try:
+        if storage.is_dir(path) and storage.exists(f"{path}/{META}"):
+            return read_meta(storage, path)
+    except (StorageError, OSError):
+        pass  # opening the directory reports it clearly
+    return None
+

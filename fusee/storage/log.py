@@ -17,15 +17,18 @@ The format and the rules are described in docs/storage.md.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import errno
 import os
 import random
+import re
+import struct
 import threading
 from collections.abc import Callable, Sequence
 
 from fusee import sabotage
-from fusee.errors import DiskFull, LogCorrupted, LogFailed, StorageError
+from fusee.errors import TRUNCATE_ADVICE, DiskFull, LogCorrupted, LogFailed, StorageError
 from fusee.storage import batch as fmt
 from fusee.storage.batch import BatchBuilder, BatchHeader, BlobRef, SegmentHeader
 from fusee.storage.blobs import read_blob, write_blob
@@ -35,6 +38,15 @@ from fusee.storage.directory import EngineDirectory
 from fusee.storage.seam import FileHandle, Storage, read_whole, write_durably
 
 SEG_SUFFIX = ".seg"
+#: Only names this exact shape are segments; anything else in log/ is not ours and is left alone.
+_SEG_NAME = re.compile(r"[0-9]{12}\.seg")
+#: ``log/newest``: the number of the newest segment whose creation completed (magic, number, crc).
+NEWEST = "newest"
+_NEWEST = struct.Struct("<8sQI")
+_NEWEST_MAGIC = b"FUSENEWS"
+#: Advice where truncating cannot help.
+RESTORE_ADVICE = ("truncate_corrupt=True cannot repair this. Restore the named file (or the whole "
+                  "directory) from a backup.")
 
 
 def segment_name(number: int) -> str:
@@ -63,6 +75,15 @@ class Recovery:
     tail: tuple[str, int] | None = None
     #: ``truncate_corrupt`` cut the log at this damage (file, offset).
     truncated_at: tuple[str, int] | None = None
+    #: Per accepted batch holding records after the checkpoint: (index of its first record, file, offset).
+    batch_starts: list[tuple[int, str, int]] = dataclasses.field(default_factory=list)
+
+    def where(self, index: int) -> tuple[str, int] | None:
+        """The (file, batch offset) that held ``records[index]``."""
+        i = bisect.bisect_right(self.batch_starts, (index, "\uffff", 0)) - 1
+        if i < 0:
+            return None
+        return self.batch_starts[i][1], self.batch_starts[i][2]
 
 
 @dataclasses.dataclass
@@ -146,6 +167,7 @@ class SharedLog:
         self._job: FlushJob | None = None
         self._blob_count = 0
         self._closed = False
+        self.read_only = False
         # Writer state: touched only while running a job (one at a time) or while no job is in flight.
         self._segments: list[_Segment] = []
         self._fh: FileHandle | None = None
@@ -159,46 +181,75 @@ class SharedLog:
         #: Called (owner thread) after ``flush``/``checkpoint`` made records durable
         #: behind the back of whoever drives flushes (the GroupCommitter wakes its waiters).
         self.on_flushed: Callable[[], None] | None = None
+        #: Called (owner thread) once, with the error, when the log fails for good.
+        self.on_failed: Callable[[BaseException], None] | None = None
         self.batches_written = 0
         self.records_written = 0
         self.blobs_written = 0
+        #: Bytes appended since the last checkpoint, and the amount after which
+        #: ``on_checkpoint_due`` is called (once, until the next checkpoint): recovery
+        #: time and the log's disk use stay bounded by size, not only by record count.
+        self.since_checkpoint = 0
+        self.checkpoint_bytes = segment_bytes
+        self.on_checkpoint_due: Callable[[], None] | None = None
 
     # --- opening and recovery -------------------------------------------------
 
     @classmethod
     def open(cls, storage: Storage, path: str, shards: int, *, segment_bytes: int = 64 << 20,
              blob_threshold: int = 256 << 10, truncate_corrupt: bool = False,
-             rng: random.Random | None = None, align: int = 4096) -> tuple[SharedLog, Recovery]:
+             rng: random.Random | None = None, align: int = 4096,
+             read_only: bool = False) -> tuple[SharedLog, Recovery]:
         """Locks the directory, checks its meta file, recovers, and starts a new segment.
 
         ``align`` is where batches start (a power of two ≥ 512): no write ever
         touches a sector that holds an earlier batch. Raises ``DirectoryLocked``,
-        ``ShardCountMismatch``, ``LogCorrupted`` (damage before the tail; with
-        ``truncate_corrupt=True`` the log is cut there instead and the cut
-        reported in ``Recovery.truncated_at``) or ``DiskFull``/``LogFailed``.
+        ``NotAnEngineDirectory``, ``ShardCountMismatch``, ``InvalidMeta``,
+        ``LogCorrupted`` (damage a crash cannot explain; with
+        ``truncate_corrupt=True`` the log is cut there instead where that helps,
+        and the cut reported in ``Recovery.truncated_at``) or
+        ``DiskFull``/``LogFailed``. Recovery makes what it read durable before
+        anything builds on it. ``read_only`` reads the log under a shared lock
+        and writes nothing (no segment, no sync, no cleanup): the log then
+        takes no appends.
         """
         if align < 512 or align & (align - 1):
             raise ValueError(f"align must be a power of two of at least 512, not {align}")
         if segment_bytes < 2 * align:
             raise ValueError(f"segment_bytes ({segment_bytes}) must hold at least two blocks of {align}")
+        if read_only and truncate_corrupt:
+            raise ValueError("truncate_corrupt writes: it cannot be combined with read_only")
         rng = rng if rng is not None else random.Random(os.urandom(16))
         try:
-            directory = EngineDirectory.open(storage, path, shards)
+            directory = EngineDirectory.open(storage, path, shards, read_only=read_only)
         except OSError as e:  # e.g. the meta file's fdatasync failed: the same errors as the log's
-            raise _io_error(e, "opening the engine directory") from e
+            raise _io_error(e, "opening the engine directory", at_open=True) from e
         log = cls(storage, directory, shards, segment_bytes=segment_bytes,
                   blob_threshold=blob_threshold, align=align, rng=rng)
+        log.read_only = read_only
         try:
             recovery = log._recover(truncate_corrupt)
-            log._start_segment()
-            log._collect_garbage(recovery)
+            if not read_only:
+                log._start_segment()
+                log._collect_garbage(recovery)
         except OSError as e:
-            directory.close()
-            raise _io_error(e, "opening the log") from e
+            log._release()
+            raise _io_error(e, "opening the log", at_open=True) from e
         except BaseException:
-            directory.close()
+            log._release()
             raise
         return log, recovery
+
+    def _release(self) -> None:
+        """Closes the segment (if any) and the directory lock after a failed open."""
+        if self._fh is not None:
+            try:
+                self.storage.close(self._fh)
+            except OSError:
+                pass
+            self._fh = None
+        self._closed = True
+        self.dir.close()
 
     def _recover(self, truncate_corrupt: bool) -> Recovery:
         s = self.storage
@@ -206,31 +257,93 @@ class SharedLog:
         ckpt: Checkpoint | None = None
         if s.exists(ckpt_path):
             ckpt = Checkpoint.decode(read_whole(s, ckpt_path))
-            if ckpt is None or len(ckpt.lsns) != self.shards:
-                raise LogCorrupted(ckpt_path, 0, "the checkpoint's checksum or shape is wrong")
+            if ckpt is None:
+                raise LogCorrupted(ckpt_path, 0, "the checkpoint's checksum or format is wrong",
+                                   RESTORE_ADVICE)
+            if len(ckpt.lsns) != self.shards:
+                raise LogCorrupted(ckpt_path, 0,
+                                   f"the checkpoint holds {len(ckpt.lsns)} shards but the meta file "
+                                   f"says {self.shards}: one of the two is not this directory's",
+                                   "truncate_corrupt=True cannot repair this. Restore the meta file "
+                                   "or the checkpoint from a backup.")
         base = list(ckpt.lsns) if ckpt else [0] * self.shards
         start = ckpt.start_segment if ckpt else 1
         rec = Recovery(ckpt.state if ckpt else None, list(base), [])
-        scan = _Scan(self, base, rec, truncate_corrupt)
+        newest = self._read_newest()
+        scan = _Scan(self, base, rec, truncate_corrupt, newest)
         numbers = sorted(int(n[:-len(SEG_SUFFIX)]) for n in s.listdir(self.dir.log_dir)
-                         if n.endswith(SEG_SUFFIX) and n[:-len(SEG_SUFFIX)].isdigit())
+                         if _SEG_NAME.fullmatch(n)) if s.exists(self.dir.log_dir) else []
         self._dead.extend(n for n in numbers if n < start)  # covered; a crash interrupted their removal
+        if not self.read_only:
+            self._sync_before_reading([n for n in numbers if n >= start])
         scan.run([n for n in numbers if n >= start], start, ckpt is not None)
+        if ckpt is not None:
+            scan.check_checkpoint(ckpt_path, ckpt)
         self._appended = list(scan.last)
         self._durable = list(scan.last)
         self._last_segment = scan.chain_end
         rec.blobs = scan.blob_reads
         return rec
 
+    def _read_newest(self) -> int | None:
+        """The newest segment whose creation completed, per ``log/newest`` (None: no note)."""
+        path = f"{self.dir.log_dir}/{NEWEST}"
+        if not self.storage.exists(path):
+            return None
+        fh = self.storage.open(path)
+        try:
+            raw = self.storage.pread(fh, _NEWEST.size + 1, 0)
+        finally:
+            self.storage.close(fh)
+        if len(raw) == _NEWEST.size:
+            magic, number, value = _NEWEST.unpack(raw)
+            if magic == _NEWEST_MAGIC and value == fmt.crc(raw[:-4]):
+                return int(number)
+        raise LogCorrupted(path, 0, "the note of the newest segment is damaged",
+                           "Check that every segment in log/ is intact, then delete log/newest and "
+                           "reopen with truncate_corrupt=True, which writes it again.")
+
+    def _write_newest(self, number: int) -> None:
+        body = _NEWEST.pack(_NEWEST_MAGIC, number, 0)[:-4]
+        write_durably(self.storage, self.dir.log_dir, NEWEST, body + fmt.U32.pack(fmt.crc(body)))
+
+    def _sync_before_reading(self, numbers: list[int]) -> None:
+        """Makes the segments durable, then reads them from the disk, before recovery trusts them.
+
+        A process crash keeps the page cache: a segment may hold writes that were
+        never synced and would vanish at a power cut after this life acknowledged
+        work built on them. And after a failed fdatasync (in an earlier life) the
+        cache may show bytes the disk never got: dropping the clean pages makes
+        the scan read what the disk holds.
+        """
+        s = self.storage
+        for d in (self.dir.blob_dir, self.dir.log_dir, self.dir.path):
+            self._fsync_dir(d)
+        if sabotage.active.skip_recovery_sync:
+            return
+        for n in numbers:
+            fh = s.open(f"{self.dir.log_dir}/{segment_name(n)}")
+            try:
+                s.fdatasync(fh)
+                s.drop_cache(fh)
+            finally:
+                s.close(fh)
+
     def _start_segment(self) -> None:
         """Creates the next segment (preallocated, header synced, name synced)."""
         prev_number, prev_end, prev_crc, last_seq = self._last_segment
         number = max(prev_number, self._highest_seen) + 1
         header = SegmentHeader(self.align, number, self.life, fmt.salt_for(self._salt_seed, number),
-                               last_seq + 1, prev_number, prev_end, prev_crc)
+                               last_seq + 1, prev_number, prev_end, prev_crc, self.segment_bytes)
         path = f"{self.dir.log_dir}/{segment_name(number)}"
         s = self.storage
-        fh = s.open(path, create=True)
+        try:
+            fh = s.open(path, exclusive=True)
+        except FileExistsError:
+            raise LogFailed(
+                f"{path} appeared while this process held the engine directory: another process is "
+                "writing to it. Stop every other process using the directory, then reopen it."
+            ) from None
         try:
             s.preallocate(fh, self.segment_bytes)
             raw = header.encode()
@@ -247,7 +360,20 @@ class SharedLog:
             except OSError:
                 pass
             raise
-        self._fsync_dir(self.dir.log_dir)
+        try:
+            self._fsync_dir(self.dir.log_dir)
+            # Only now is the segment whole: recovery refuses a log that lacks it.
+            self._write_newest(number)
+        except BaseException:
+            # Keep the file: the note may name it already (a rename can be durable before
+            # its fsync returns). Empty, it is harmless either way: newest and pinning
+            # nothing, or newer than the note and dead.
+            try:
+                s.close(fh)
+            except OSError:
+                pass
+            self._highest_seen = number
+            raise
         sealed = SegmentHeader.decode(raw)  # the same header, now with its crc
         assert sealed is not None
         if self._fh is not None:
@@ -286,8 +412,8 @@ class SharedLog:
         """
         if self.failed is not None:
             raise self.failure()
-        if self._closed:
-            raise LogFailed("the log is closed: reopen the engine directory to append")
+        if self._closed or self.read_only:
+            raise LogFailed("the log is closed (or opened read-only): reopen the engine directory to append")
         lsn = self._appended[shard] + 1
         self._appended[shard] = lsn
         b = self._builder
@@ -307,6 +433,10 @@ class SharedLog:
             b.buf += data
         b.count += 1
         b.records += 1
+        before = self.since_checkpoint
+        self.since_checkpoint = before + n + 4
+        if before < self.checkpoint_bytes <= self.since_checkpoint and self.on_checkpoint_due is not None:
+            self.on_checkpoint_due()
         return lsn
 
     def appended(self, shard: int) -> int:
@@ -400,6 +530,7 @@ class SharedLog:
         assert all(0 <= c <= a for c, a in zip(covered, self._appended, strict=True)), \
             "a checkpoint cannot cover records that were never appended"
         self.flush()
+        self.since_checkpoint = 0
         start = self._segments[-1].number
         for seg in self._segments:
             if any(m > c for m, c in zip(seg.max_lsns, covered, strict=True)):
@@ -407,7 +538,7 @@ class SharedLog:
                 break
         try:
             write_durably(self.storage, self.dir.path, CKPT_NAME,
-                          Checkpoint(tuple(covered), start, bytes(state)).encode())
+                          Checkpoint(tuple(covered), start, bytes(state), self._last_segment[3]).encode())
             gone = [seg for seg in self._segments if seg.number < start]
             for seg in gone:
                 self.storage.remove(seg.path)
@@ -487,6 +618,8 @@ class SharedLog:
     def _fail(self, error: BaseException) -> None:
         if self.failed is None:
             self.failed = _io_error(error, "flushing the log")
+            if self.on_failed is not None:
+                self.on_failed(self.failed)
 
     def failure(self) -> LogFailed:
         assert self.failed is not None
@@ -496,7 +629,7 @@ class SharedLog:
         return again
 
 
-def _io_error(error: BaseException, doing: str) -> StorageError:
+def _io_error(error: BaseException, doing: str, *, at_open: bool = False) -> StorageError:
     """The storage error an OSError (or other failure) becomes."""
     if isinstance(error, StorageError):
         return error
@@ -504,6 +637,12 @@ def _io_error(error: BaseException, doing: str) -> StorageError:
         return DiskFull(
             f"the disk is full ({doing}): nothing acknowledged is lost, but the log takes no more "
             "records. Free space and reopen the engine directory."
+        )
+    if at_open:
+        return LogFailed(
+            f"I/O failure {doing}: {error}. Nothing acknowledged is lost and the directory's lock "
+            "is released. Fix the cause (permissions, a file where a directory should be, a "
+            "failing disk) and open it again."
         )
     return LogFailed(
         f"I/O failure {doing}: {error}. Records not yet acknowledged are not durable and the "
@@ -513,14 +652,17 @@ def _io_error(error: BaseException, doing: str) -> StorageError:
 
 
 class _Scan:
-    """Recovery's walk over the segments after the checkpoint."""
+    """Recovery's walk over the segments after the checkpoint, one segment in memory at a time."""
 
-    def __init__(self, log: SharedLog, base: list[int], rec: Recovery, truncate: bool) -> None:
+    def __init__(self, log: SharedLog, base: list[int], rec: Recovery, truncate: bool,
+                 newest: int | None) -> None:
         self.log = log
         self.s = log.storage
         self.base = base
         self.rec = rec
         self.truncate = truncate
+        #: The newest segment whose creation completed (``log/newest``); None for an older directory.
+        self.newest = newest
         #: Per shard, the highest LSN seen (starting from the checkpoint's).
         self.last = list(base)
         self.seen = [False] * log.shards
@@ -531,27 +673,61 @@ class _Scan:
         #: (segment, valid end, last crc, last seq) of the last valid segment: the next one chains to it.
         self.chain_end: tuple[int, int, int, int] = (0, 0, 0, 0)
 
-    def corrupt(self, path: str, offset: int, reason: str) -> None:
-        """Damage before the tail: refuse, or (the operator's choice) note the cut and go on."""
-        if not self.truncate:
-            raise LogCorrupted(path, offset, reason)
+    def corrupt(self, path: str, offset: int, reason: str, advice: str = TRUNCATE_ADVICE,
+                repairable: bool | None = None) -> None:
+        """Damage a crash cannot explain: refuse, or (the operator's choice) note the cut and go on.
+
+        ``repairable`` (default: whether the advice is to truncate) says whether
+        ``truncate_corrupt`` may accept it.
+        """
+        if repairable is None:
+            repairable = advice is TRUNCATE_ADVICE
+        if not self.truncate or not repairable:
+            raise LogCorrupted(path, offset, reason, advice)
         self.rec.truncated_at = (path, offset)
+
+    def _read_head(self, path: str) -> SegmentHeader | None:
+        fh = self.s.open(path)
+        try:
+            return SegmentHeader.decode(self.s.pread(fh, 512, 0))
+        finally:
+            self.s.close(fh)
 
     def run(self, numbers: list[int], start: int, has_ckpt: bool) -> None:
         log, s = self.log, self.s
         log._highest_seen = max(numbers, default=max(start - 1, 0))
+        if self.newest is not None:
+            log._highest_seen = max(log._highest_seen, self.newest)
         paths = {n: f"{log.dir.log_dir}/{segment_name(n)}" for n in numbers}
-        raw = {n: read_whole(s, paths[n]) for n in numbers}
-        headers = {n: SegmentHeader.decode(raw[n]) for n in numbers}
+        # Headers first (a few bytes each); a segment's body is read only when its turn comes.
+        headers = {n: self._read_head(paths[n]) for n in numbers}
+        newest = self.newest
+        if newest is not None and newest < start:
+            raise LogCorrupted(f"{log.dir.log_dir}/{NEWEST}", 0,
+                               f"it names segment {newest}, older than segment {start} where the "
+                               "checkpoint starts: it is not this log's note",
+                               "Check that the checkpoint and log/ come from the same directory; if "
+                               "they do, delete log/newest and reopen with truncate_corrupt=True, which "
+                               "writes it again.")
+        if newest is not None and newest not in numbers:
+            # The newest segment was complete and synced once: only an outside hand removes it.
+            self.corrupt(f"{log.dir.log_dir}/{segment_name(newest)}", 0,
+                         "the newest segment the log created is missing (deleted?): its records "
+                         "would be lost silently")
         first = True
+        noted_batches = False  # a segment of this version holds batches (so log/newest was written)
         for i, n in enumerate(numbers):
             h = headers[n]
             later = next((headers[m] for m in numbers[i + 1:] if headers[m] is not None), None)
+            confirmed = newest is not None and n <= newest  # its creation completed
             if h is None:
                 # A bad header is a dead tail (its creation never became durable) only
                 # if no batch is in the file and the next valid segment skips it.
-                holds_batches = fmt.BATCH_MAGIC_BYTES in raw[n][512:]
-                if holds_batches or (later is not None and later.prev_segment >= n):
+                raw = read_whole(s, paths[n])
+                holds_batches = fmt.BATCH_MAGIC_BYTES in raw[512:]
+                del raw
+                if (holds_batches or (later is not None and later.prev_segment >= n)
+                        or (newest is not None and n == newest)):
                     self.corrupt(paths[n], 0, "the segment header is damaged")
                     return self._cut(numbers[i:])
                 log._dead.append(n)
@@ -560,21 +736,38 @@ class _Scan:
                 ok = n == start if has_ckpt else h.prev_segment == 0
                 if not ok:
                     missing = start if has_ckpt else 1
-                    self.corrupt(paths[n], 0, f"segment {missing} before it is missing")
+                    if has_ckpt:
+                        self.corrupt(paths[n], 0, f"segment {missing}, where the checkpoint starts, is missing",
+                                     RESTORE_ADVICE)
+                    else:
+                        self.corrupt(paths[n], 0,
+                                     f"segment {missing} before it is missing, and so is the checkpoint "
+                                     "that would have covered it",
+                                     "Restore the checkpoint (or the missing segments) from a backup. "
+                                     "truncate_corrupt=True would remove every segment.")
                     return self._cut(numbers[i:])
             else:
                 end_num, end_off, end_crc, end_seq = self.chain_end
                 if (h.prev_segment, h.prev_end, h.prev_crc, h.base_seq) != (
                         end_num, end_off, end_crc, end_seq + 1):
-                    self.corrupt(paths.get(end_num, paths[n]), end_off,
-                                 "the log ends before the point the next segment records")
+                    # The segment before was read up to the end this header records (or
+                    # refused), so it is this segment that does not continue the log.
+                    self.corrupt(paths[n], 0,
+                                 f"it does not continue the log: its header says it follows segment "
+                                 f"{h.prev_segment} at byte {h.prev_end}, but the log ends in segment "
+                                 f"{end_num} at byte {end_off} (a file from another log, or segments "
+                                 "between them are missing)")
                     return self._cut(numbers[i:])
             was_first, chain_end, tail = first, self.chain_end, self.rec.tail
             first = False
             bound = later.prev_end if later is not None and later.prev_segment == n else None
             self.rec.segments += 1
-            if not self._scan_segment(paths[n], raw[n], h, bound):
+            data = read_whole(s, paths[n])
+            ok = self._scan_segment(paths[n], data, h, bound, confirmed)
+            del data
+            if not ok:
                 return self._cut(numbers[i + 1:])
+            noted_batches = noted_batches or (h.size > 0 and self.chain_end[1] > h.align)
             if (self.chain_end[1] == h.align and not (has_ckpt and n == start)
                     and (later is None or later.prev_segment != n)):
                 # No batch, and no later segment chains to it: a segment an open created
@@ -585,18 +778,57 @@ class _Scan:
                 log._dead.append(n)
                 self.rec.segments -= 1
                 first, self.chain_end, self.rec.tail = was_first, chain_end, tail
+            elif newest is not None and n > newest:
+                # Batches go only into a segment whose creation completed (and was noted).
+                self.corrupt(paths[n], h.align, "a segment newer than the newest the log created "
+                             "holds batches")
+                return self._cut(numbers[i + 1:])
         if first and has_ckpt:
             self.corrupt(f"{log.dir.log_dir}/{segment_name(start)}", 0,
-                         "the segment the checkpoint starts from is missing")
+                         "the segment the checkpoint starts from is missing", RESTORE_ADVICE)
+        if newest is None and noted_batches:
+            # This version notes a segment before any batch goes in: batches without the
+            # note mean it was deleted, and the newest segment with it, perhaps.
+            self.corrupt(f"{log.dir.log_dir}/{NEWEST}", 0,
+                         "the note of the newest segment is missing although the log holds batches",
+                         "If every segment is there, reopen with truncate_corrupt=True to accept the "
+                         "log as it is (the note is written again); else restore the directory.",
+                         repairable=True)
         return None
+
+    def check_checkpoint(self, path: str, ckpt: Checkpoint) -> None:
+        """Refuses a checkpoint that claims more than the log holds (its LSNs or its last batch)."""
+        end_seq = self.chain_end[3]
+        if self.rec.truncated_at is None and ckpt.end_seq > end_seq:
+            raise LogCorrupted(path, 0,
+                               f"the checkpoint was written after batch {ckpt.end_seq} but the log "
+                               f"ends at batch {end_seq}: the log lost its end, or the checkpoint is "
+                               "from another directory",
+                               "Restore the missing log segments from a backup; truncate_corrupt=True "
+                               "cannot repair this.")
+        for shard, (covered, seen, last) in enumerate(zip(ckpt.lsns, self.seen, self.prev, strict=True)):
+            # Records are appended in order: if the log after the checkpoint's start holds
+            # any record of the shard, it holds every one up to what the checkpoint covers.
+            if seen and last < covered:
+                raise LogCorrupted(path, 0,
+                                   f"the checkpoint covers shard {shard} up to position {covered} "
+                                   f"but the log holds it only up to {last}",
+                                   "Restore the missing log segments (or the right checkpoint) from a "
+                                   "backup; truncate_corrupt=True cannot repair this.")
 
     def _cut(self, gone: list[int]) -> None:
         """truncate_corrupt: drops the given segments (everything after the damage)."""
         assert self.rec.truncated_at is not None
         self.log._dead.extend(gone)
 
-    def _scan_segment(self, path: str, data: bytes, h: SegmentHeader, bound: int | None) -> bool:
+    def _scan_segment(self, path: str, data: bytes, h: SegmentHeader, bound: int | None,
+                      confirmed: bool) -> bool:
         """Accepts the segment's batches; False if it was cut at damage (truncate_corrupt)."""
+        if confirmed and h.size and len(data) < h.size:
+            # Preallocated and synced before any batch: only an outside hand makes it shorter.
+            self.corrupt(path, len(data), f"the segment is {len(data)} bytes long but was created "
+                         f"with {h.size}: it was cut")
+            self._truncate_file(path, len(data), h.size)  # truncate_corrupt: accept the cut
         off = h.align
         seq = h.base_seq
         prev = h.chain_start()
@@ -633,33 +865,51 @@ class _Scan:
         self.rec.bytes_scanned += off
         self.chain_end = (h.segment, off, prev, seq - 1)
         self.log._segments.append(_Segment(h.segment, path, list(self.last), self.seg_blobs))
-        damaged = (off != bound) if bound is not None else (
-            off < len(data) and self._valid_after(view, off, h, seq))
+        why: str | None = reason if bound is not None and off != bound else None
+        if bound is None:
+            why = self._after_tail(view, off, h, seq, prev)
+        damaged = why is not None
         if damaged:
-            self.corrupt(path, off, reason)
-            self._truncate_file(path, off)
+            self.corrupt(path, off, why or reason)
+            self._truncate_file(path, off, h.size)
             self.rec.tail = (path, off)
             return False
         self.rec.torn_tail = bound is None and torn
         self.rec.tail = (path, off)
         return True
 
-    def _valid_after(self, view: memoryview, off: int, h: SegmentHeader, seq: int) -> bool:
-        """Whether any intact batch of this life follows ``off`` (then the damage is not a tail)."""
+    def _after_tail(self, view: memoryview, off: int, h: SegmentHeader, seq: int, prev: int) -> str | None:
+        """Why what follows the last valid batch cannot be one torn write (None: it can).
+
+        Only one batch is ever in flight and the segment was preallocated with
+        zeros, so a crash leaves at most one damaged slot at the end, and
+        zeros after it.
+        """
         data = view.obj
         assert isinstance(data, bytes)
+        if off >= len(data):
+            return None
+        # A later batch header of this life (intact or not) proves the damaged slot
+        # was not the last write, whatever the slot's own header says.
+        life = struct.pack("<Q", h.life)
         pos = off + 1
         while True:
             pos = data.find(fmt.BATCH_MAGIC_BYTES, pos)
             if pos < 0:
-                return False
+                break
             if pos % h.align == 0:
-                bh = BatchHeader.decode(view, pos)
-                if (bh is not None and bh.life == h.life and bh.seq >= seq
-                        and pos + bh.length <= len(data)
-                        and fmt.batch_crc(view[pos:pos + bh.length], h.salt) == bh.crc):
-                    return True
+                later = BatchHeader.decode(view, pos)
+                if later is not None and data[pos + 32:pos + 40] == life and later.seq >= seq:
+                    return "a damaged batch is followed by a later batch of the same writer"
             pos += 1
+        bh = BatchHeader.decode(view, off)
+        if bh is not None and bh.life == h.life and bh.seq == seq and bh.prev_crc == prev:
+            # The slot's header survived (its fields after the length match), so its
+            # length is true: nothing of the torn write lies past it.
+            end = off + fmt.align_up(bh.length, h.align)
+            if end < len(data) and data.count(0, end) != len(data) - end:
+                return "bytes follow a damaged batch: it was not the last write"
+        return None
 
     def _accept(self, path: str, off: int, batch: memoryview, bh: BatchHeader) -> bool:
         try:
@@ -670,11 +920,13 @@ class _Scan:
             return False
         last, base, out = self.last, self.base, self.rec.records
         prev = self.prev
+        first_index = len(out)
         for shard, lsn, payload in records:
             # Positions run on by one from the first one seen (which the checkpoint may cover).
             ok = (lsn == prev[shard] + 1) if self.seen[shard] else (lsn <= base[shard] + 1)
             if not ok:
-                raise LogCorrupted(path, off, f"shard {shard} jumps to position {lsn} after {prev[shard]}")
+                raise LogCorrupted(path, off, f"shard {shard} jumps to position {lsn} after {prev[shard]}",
+                                   RESTORE_ADVICE)
             self.seen[shard] = True
             prev[shard] = lsn
             last[shard] = max(last[shard], lsn)
@@ -686,18 +938,24 @@ class _Scan:
                 data = read_blob(self.s, self.log.dir.blob_dir, payload)
                 if data is None:
                     raise LogCorrupted(f"{self.log.dir.blob_dir}/{payload.name}", 0,
-                                       "a blob that an intact batch references is missing or damaged")
+                                       f"a blob that the intact batch at byte {off} of {path} "
+                                       "references is missing or damaged", RESTORE_ADVICE)
                 self.blob_reads += 1
                 out.append((shard, lsn, data))
             else:
                 out.append((shard, lsn, payload))
+        if len(out) > first_index:
+            self.rec.batch_starts.append((first_index, path, off))
         self.rec.batches += 1
         return True
 
-    def _truncate_file(self, path: str, off: int) -> None:
+    def _truncate_file(self, path: str, off: int, size: int) -> None:
+        # Zeros from the cut on, at the size the segment was created with (a shorter file is refused).
         fh = self.s.open(path)
         try:
             self.s.truncate(fh, off)
+            if size > off:
+                self.s.truncate(fh, size)
             self.s.fdatasync(fh)
         finally:
             self.s.close(fh)

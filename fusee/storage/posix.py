@@ -22,8 +22,10 @@ class PosixStorage:
     ~50 µs slower per sync than writing into zeroed blocks.
     """
 
-    def open(self, path: str, *, create: bool = False) -> FileHandle:
+    def open(self, path: str, *, create: bool = False, exclusive: bool = False) -> FileHandle:
         flags = os.O_RDWR | os.O_CLOEXEC | (os.O_CREAT if create else 0)
+        if exclusive:
+            flags |= os.O_CREAT | os.O_EXCL
         return os.open(path, flags, 0o644)
 
     def close(self, fh: FileHandle) -> None:
@@ -57,6 +59,10 @@ class PosixStorage:
         finally:
             os.close(fd)
 
+    def drop_cache(self, fh: FileHandle) -> None:
+        if hasattr(os, "posix_fadvise"):
+            os.posix_fadvise(fh, 0, 0, os.POSIX_FADV_DONTNEED)
+
     def size(self, fh: FileHandle) -> int:
         return os.fstat(fh).st_size
 
@@ -82,35 +88,36 @@ class PosixStorage:
     def exists(self, path: str) -> bool:
         return os.path.exists(path)
 
+    def is_dir(self, path: str) -> bool:
+        return os.path.isdir(path)
+
     def makedirs(self, path: str) -> None:
         os.makedirs(path, exist_ok=True)
 
-    def lock(self, path: str) -> LockHandle:
-        """An exclusive ``flock`` on ``path``, which then holds our PID (for the error others get).
+    def lock(self, directory: str, *, shared: bool = False) -> LockHandle:
+        """A ``flock`` on the directory's own descriptor.
 
-        ``flock`` belongs to the open file description, so a second open of the
-        same directory inside this process is refused too.
+        Deleting or replacing the ``lock`` file (which only tells others our
+        PID) cannot release it. ``flock`` belongs to the open file description,
+        so a second open of the same directory inside this process is refused too.
         """
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
         except OSError as e:
-            holder = _read_pid(fd)
             os.close(fd)
             if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                raise DirectoryLocked(os.path.dirname(path) or path, holder) from None
+                raise DirectoryLocked(directory, _read_pid(os.path.join(directory, "lock"))) from None
             raise
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         return fd
 
     def unlock(self, handle: LockHandle) -> None:
-        # Closing drops the flock; the PID stays in the file, harmless once unlocked.
         os.close(handle)
 
 
-def _read_pid(fd: int) -> int | None:
+def _read_pid(path: str) -> int | None:
     try:
-        return int(os.pread(fd, 32, 0).decode().strip())
+        with open(path, "rb") as f:
+            return int(f.read(32).decode().strip())
     except (OSError, ValueError):
         return None

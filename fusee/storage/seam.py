@@ -27,8 +27,11 @@ class Storage(Protocol):
     lose or tear anything written since.
     """
 
-    def open(self, path: str, *, create: bool = False) -> FileHandle:
-        """Opens ``path`` for reading and writing (creating it empty when ``create``)."""
+    def open(self, path: str, *, create: bool = False, exclusive: bool = False) -> FileHandle:
+        """Opens ``path`` for reading and writing (creating it empty when ``create``).
+
+        With ``exclusive`` the file must not exist yet (``FileExistsError`` otherwise).
+        """
         ...
 
     def close(self, fh: FileHandle) -> None:
@@ -49,6 +52,14 @@ class Storage(Protocol):
 
     def fsync_dir(self, path: str) -> None:
         """Makes the directory's entries (creations, renames, removals) durable."""
+        ...
+
+    def drop_cache(self, fh: FileHandle) -> None:
+        """Drops the file's clean cached pages, so that reads come from the disk itself.
+
+        After a failed fdatasync the kernel marks the pages clean although the
+        disk may not hold them: only a read from the disk tells what survived.
+        """
         ...
 
     def size(self, fh: FileHandle) -> int:
@@ -79,14 +90,20 @@ class Storage(Protocol):
         """Whether a file or directory exists at ``path``."""
         ...
 
+    def is_dir(self, path: str) -> bool:
+        """Whether ``path`` is a directory."""
+        ...
+
     def makedirs(self, path: str) -> None:
         """Creates a directory and its parents (no error if it exists)."""
         ...
 
-    def lock(self, path: str) -> LockHandle:
-        """Takes an exclusive lock on the file ``path`` (created if needed) for this process.
+    def lock(self, directory: str, *, shared: bool = False) -> LockHandle:
+        """Locks the directory itself (not a file in it, which a cleanup job could delete).
 
-        Raises ``DirectoryLocked`` naming the holder's PID when another holder has it.
+        Exclusive for a writer, ``shared`` for a reader; creates nothing. Raises
+        ``DirectoryLocked`` (naming the PID in ``<directory>/lock`` if any) when
+        another holder's lock conflicts, including another open in this process.
         """
         ...
 

@@ -2,8 +2,11 @@
 
 Used by the storage tests and by the simulator. Every write lands in a cache
 (what reads see) and reaches the "platter" only through a successful
-``fdatasync``; names reach it only through ``fsync_dir``. ``crash()`` then
-decides, from the seeded ``rng``, what each unsynced write left behind:
+``fdatasync``; names reach it only through ``fsync_dir``. Two kinds of crash:
+``crash_process()`` kills the process only (its handles and locks go, the
+page cache stays: unsynced writes remain readable, and may still be lost
+later); ``power_loss()`` (and ``crash()``, both at once) decides, from the
+seeded ``rng``, what each unsynced write left behind:
 
 * per 512-byte sector: written, dropped, or torn (a prefix of the new bytes
   followed by garbage, so partial sectors happen);
@@ -35,6 +38,10 @@ from fusee.errors import DirectoryLocked
 from fusee.storage.seam import FileHandle, LockHandle
 
 SECTOR = 512
+
+
+class ProcessKilled(Exception):
+    """Raised by every call of a process the disk killed in the middle of an fdatasync (see ``arm_kills``)."""
 
 
 class _Inode:
@@ -75,6 +82,8 @@ class SimDiskStats:
     dir_fsyncs: int = 0
     enospc: int = 0
     crashes: int = 0
+    power_losses: int = 0
+    kills: int = 0
     sectors_kept: int = 0
     sectors_dropped: int = 0
     sectors_torn: int = 0
@@ -95,10 +104,15 @@ class SimDisk:
         self.stats = SimDiskStats()
         self._dirs: dict[str, _Dir] = {"/": _Dir()}
         self._handles: list[_Handle] = []
-        self._locks: dict[str, int] = {}
+        self._locks: dict[str, tuple[str, int]] = {}  # directory -> (mode, holders)
         self._serials = itertools.count(1)
         self._fail_next = 0
         self._space_left: int | None = None
+        #: Kills inside fdatasync: (rng, rate) from ``arm_kills``; only while ``kill_armed``.
+        self._kills: tuple[random.Random, float] | None = None
+        self.kill_armed = False
+        #: The process died inside an fdatasync: its later calls raise ``ProcessKilled``.
+        self.killed = False
 
     # --- fault injection ------------------------------------------------------
 
@@ -106,17 +120,49 @@ class SimDisk:
         """Makes the next ``count`` fdatasyncs fail with ``EIO``."""
         self._fail_next += count
 
+    def arm_kills(self, rng: random.Random, rate: float) -> None:
+        """Lets an fdatasync made while ``kill_armed`` kill the process (chance ``rate``) before it syncs.
+
+        The write it should have synced stays in the page cache, readable by the
+        next process; the dead process's later calls raise ``ProcessKilled``
+        and change nothing. The owner then calls ``crash_process``.
+        """
+        self._kills = (rng, rate)
+
+    def _alive(self) -> None:
+        if self.killed:
+            raise ProcessKilled("the process was killed inside an fdatasync")
+
     def set_space_left(self, nbytes: int | None) -> None:
         """Lets files grow by ``nbytes`` more in total before writes fail with ``ENOSPC`` (None: no limit)."""
         self._space_left = nbytes
 
     def crash(self) -> None:
-        """The process dies: unsynced data and names are resolved per the crash model.
+        """The process dies and the power goes with it: ``crash_process`` then ``power_loss``."""
+        self.crash_process()
+        self.power_loss()
 
-        Every handle and lock of the dead process is gone; reads afterwards see
-        only what survived.
+    def crash_process(self) -> None:
+        """The process dies; the machine stays up.
+
+        Its handles and locks are gone, but the page cache is not: unsynced
+        data and names stay readable (and dirty), and a later ``power_loss``
+        may still drop or tear them, whoever reads them meanwhile.
         """
         self.stats.crashes += 1
+        self.killed = False
+        for h in self._handles:
+            h.open = False
+        self._handles.clear()
+        self._locks.clear()
+
+    def power_loss(self, *, drop_all: bool = False) -> None:
+        """The machine loses power: unsynced data and names are resolved per the crash model.
+
+        Reads afterwards see only what survived. ``drop_all`` makes the worst
+        case certain (every unsynced write and name is lost), for tests.
+        """
+        self.stats.power_losses += 1
         seen: set[int] = set()
         for dpath in sorted(self._dirs):
             d = self._dirs[dpath]
@@ -124,8 +170,8 @@ class SimDisk:
                 for inode in (d.current.get(name), d.durable.get(name)):
                     if inode is not None and inode.serial not in seen:
                         seen.add(inode.serial)
-                        self._settle(inode, crash=True)
-            keep = self.rng.randint(0, len(d.pending))
+                        self._settle(inode, crash=True, drop_all=drop_all)
+            keep = 0 if drop_all else self.rng.randint(0, len(d.pending))
             names = dict(d.durable)
             for op in d.pending[:keep]:
                 _apply(names, op)
@@ -139,9 +185,15 @@ class SimDisk:
 
     # --- Storage --------------------------------------------------------------
 
-    def open(self, path: str, *, create: bool = False) -> FileHandle:
+    def open(self, path: str, *, create: bool = False, exclusive: bool = False) -> FileHandle:
+        self._alive()
         d, name = self._parent(path)
         inode = d.current.get(name)
+        if inode is not None and exclusive:
+            raise FileExistsError(errno.EEXIST, "file exists", path)
+        if inode is None and _norm(path) in self._dirs:
+            raise IsADirectoryError(errno.EISDIR, "is a directory", path)
+        create = create or exclusive
         if inode is None:
             if not create:
                 raise FileNotFoundError(errno.ENOENT, "no such file", path)
@@ -159,6 +211,7 @@ class SimDisk:
         self._handles.remove(h)
 
     def pwrite(self, fh: FileHandle, data: bytes | bytearray | memoryview, offset: int) -> None:
+        self._alive()
         inode = self._live(fh).inode
         n = len(data)
         if n == 0:
@@ -173,8 +226,13 @@ class SimDisk:
         return bytes(self._live(fh).inode.data[offset:offset + size])
 
     def fdatasync(self, fh: FileHandle) -> None:
+        self._alive()
         inode = self._live(fh).inode
         self.stats.fdatasyncs += 1
+        if self.kill_armed and self._kills is not None and self._kills[0].random() < self._kills[1]:
+            self.killed = True
+            self.stats.kills += 1
+            self._alive()
         fail = False
         if self._fail_next > 0:
             self._fail_next -= 1
@@ -196,15 +254,23 @@ class SimDisk:
         inode.dirty.clear()
 
     def fsync_dir(self, path: str) -> None:
+        self._alive()
         d = self._dir(path)
         self.stats.dir_fsyncs += 1
         d.durable = dict(d.current)
         d.pending.clear()
 
+    def drop_cache(self, fh: FileHandle) -> None:
+        self._alive()
+        inode = self._live(fh).inode
+        if not inode.dirty and inode.data != inode.disk:  # clean pages are re-read from the platter
+            inode.data[:] = inode.disk
+
     def size(self, fh: FileHandle) -> int:
         return len(self._live(fh).inode.data)
 
     def truncate(self, fh: FileHandle, size: int) -> None:
+        self._alive()
         inode = self._live(fh).inode
         old = len(inode.data)
         if size > old:
@@ -217,11 +283,13 @@ class SimDisk:
         inode.dirty.add(size // SECTOR)
 
     def preallocate(self, fh: FileHandle, size: int) -> None:
+        self._alive()
         inode = self._live(fh).inode
         if size > len(inode.data):
             self._grow(inode, size)
 
     def rename(self, src: str, dst: str) -> None:
+        self._alive()
         d, a = self._parent(src)
         d2, b = self._parent(dst)
         assert d is d2, "SimDisk renames only within one directory"
@@ -232,6 +300,7 @@ class SimDisk:
         _apply(d.current, op)
 
     def remove(self, path: str) -> None:
+        self._alive()
         d, name = self._parent(path)
         inode = d.current.get(name)
         if inode is None:
@@ -255,23 +324,29 @@ class SimDisk:
         parent = self._dirs.get(posixpath.dirname(p))
         return parent is not None and posixpath.basename(p) in parent.current
 
+    def is_dir(self, path: str) -> bool:
+        return _norm(path) in self._dirs
+
     def makedirs(self, path: str) -> None:
         p = _norm(path)
         while p not in self._dirs:
             self._dirs[p] = _Dir()
             p = posixpath.dirname(p)
 
-    def lock(self, path: str) -> LockHandle:
-        p = _norm(path)
-        if p in self._locks:
-            raise DirectoryLocked(posixpath.dirname(p), self._locks[p])
-        if not self.exists(p):
-            self.close(self.open(p, create=True))
-        self._locks[p] = self.pid
+    def lock(self, directory: str, *, shared: bool = False) -> LockHandle:
+        # Like flock on the directory: deleting or replacing a file in it changes nothing.
+        p = _norm(directory)
+        self._dir(p)
+        held = self._locks.get(p)
+        if held is not None and (not shared or held[0] != "shared"):
+            raise DirectoryLocked(p, self.pid)
+        self._locks[p] = ("shared" if shared else "exclusive", 1 + (held[1] if held else 0))
         return p
 
     def unlock(self, handle: LockHandle) -> None:
-        self._locks.pop(handle, None)
+        held = self._locks.pop(handle, None)
+        if held is not None and held[1] > 1:
+            self._locks[handle] = (held[0], held[1] - 1)
 
     # --- inspection (tests) ---------------------------------------------------
 
@@ -302,11 +377,15 @@ class SimDisk:
             self._space_left -= delta
         inode.data.extend(bytes(delta))
 
-    def _settle(self, inode: _Inode, *, crash: bool) -> None:
+    def _settle(self, inode: _Inode, *, crash: bool, drop_all: bool = False) -> None:
         """Decides the fate of every unsynced write of ``inode`` (into ``disk``; also ``data`` on a crash)."""
         rng = self.rng
         old, cur = len(inode.disk), len(inode.data)
         size = old
+        if drop_all:
+            inode.dirty.clear()
+            inode.data = bytearray(inode.disk)
+            return
         if cur != old:
             choice = rng.randrange(3)
             size = old if choice == 0 else cur if choice == 1 else rng.randint(min(old, cur), max(old, cur))

@@ -36,9 +36,16 @@ class FaultyDisk(SimDisk):
         #: "remove": removing the half-made segment fails (or the process dies first);
         #: "fsync_dir": the removal happens but the directory fsync that makes it durable fails.
         self.fail_cleanup: str | None = None
+        self.creating = ""
+
+    def open(self, path: str, *, create: bool = False, exclusive: bool = False) -> FileHandle:
+        if exclusive and self.fail_segment_sync and path.endswith(SEG_SUFFIX):
+            self.creating = path
+        return super().open(path, create=create, exclusive=exclusive)
 
     def fdatasync(self, fh: FileHandle) -> None:
-        if self.fail_segment_sync and fh.path.endswith(SEG_SUFFIX):
+        # Only the sync of a segment being created (recovery also syncs the segments it read).
+        if self.fail_segment_sync and fh.path == self.creating:
             self.fail_segment_sync = False
             self.fail_next_fdatasync()
         super().fdatasync(fh)
@@ -50,7 +57,7 @@ class FaultyDisk(SimDisk):
         super().remove(path)
 
     def fsync_dir(self, path: str) -> None:
-        if self.fail_cleanup == "fsync_dir" and path == LOG_DIR:
+        if self.fail_cleanup == "fsync_dir" and path == LOG_DIR and not self.fail_segment_sync:
             self.fail_cleanup = None
             raise OSError(errno.EIO, "simulated: directory fsync failed")
         super().fsync_dir(path)
@@ -183,7 +190,7 @@ def test_an_open_that_wrote_nothing_leaves_no_segment_behind() -> None:
     assert records == acked
     assert log.segment_numbers == [1, 5]
     assert log._header is not None and log._header.prev_segment == 1
-    assert disk.listdir(LOG_DIR) == [segment_name(1), segment_name(5)]
+    assert disk.listdir(LOG_DIR) == [segment_name(1), segment_name(5), "newest"]
     log.close()
 
 

@@ -126,12 +126,17 @@ def test_enospc_and_space_accounting() -> None:
 def test_locks_and_deterministic_crashes() -> None:
     d = SimDisk(random.Random(1), pid=99)
     d.makedirs("/e")
-    d.lock("/e/lock")
+    d.lock("/e")
     with pytest.raises(DirectoryLocked) as info:
-        d.lock("/e/lock")
+        d.lock("/e")
+    with pytest.raises(DirectoryLocked):
+        d.lock("/e", shared=True)
     assert info.value.pid == 99
-    d.crash()  # the process died: its lock is gone
-    d.lock("/e/lock")
+    d.crash_process()  # the process died: its lock is gone
+    d.lock("/e", shared=True)
+    d.lock("/e", shared=True)  # readers share
+    with pytest.raises(DirectoryLocked):
+        d.lock("/e")
 
     def run(seed: int) -> bytes:
         disk = SimDisk(random.Random(seed))
@@ -142,3 +147,56 @@ def test_locks_and_deterministic_crashes() -> None:
         return read(disk, "/a/f")
 
     assert run(5) == run(5)
+
+
+def test_a_process_crash_keeps_the_page_cache_until_a_power_loss() -> None:
+    d = SimDisk(random.Random(4))
+    d.makedirs("/a")
+    write(d, "/a/f", b"synced", sync=True)
+    d.fsync_dir("/a")
+    write(d, "/a/f", b"cached", sync=False)
+    write(d, "/a/new", b"never synced", sync=False)
+    d.crash_process()
+    assert read(d, "/a/f") == b"cached" and read(d, "/a/new") == b"never synced"
+    d.crash_process()  # a later life changes nothing: still cached, still unsynced
+    d.power_loss(drop_all=True)
+    assert read(d, "/a/f") == b"synced" and not d.exists("/a/new")
+
+
+def test_a_kill_inside_fdatasync_leaves_the_write_cached_and_the_process_mute() -> None:
+    from fusee.storage.simdisk import ProcessKilled
+
+    d = SimDisk(random.Random(4))
+    d.makedirs("/a")
+    d.arm_kills(random.Random(1), 1.0)
+    fh = d.open("/a/f", create=True)
+    d.pwrite(fh, b"batch", 0)
+    d.fdatasync(fh)  # not armed: syncs
+    d.fsync_dir("/a")
+    d.pwrite(fh, b"BATCH", 0)
+    d.kill_armed = True
+    with pytest.raises(ProcessKilled):
+        d.fdatasync(fh)
+    with pytest.raises(ProcessKilled):  # a dead process writes nothing more
+        d.pwrite(fh, b"after", 0)
+    d.crash_process()
+    assert read(d, "/a/f") == b"BATCH"
+    d.power_loss(drop_all=True)
+    assert read(d, "/a/f") == b"batch"
+
+
+def test_drop_cache_shows_what_a_failed_sync_left_on_the_platter() -> None:
+    d = SimDisk(random.Random(4), tear=False)
+    d.makedirs("/a")
+    write(d, "/a/f", bytes(SECTOR), sync=True)
+    d.fsync_dir("/a")
+    fh = d.open("/a/f")
+    d.pwrite(fh, b"\x01" * SECTOR, 0)
+    d.fail_next_fdatasync()
+    with pytest.raises(OSError):
+        d.fdatasync(fh)
+    platter = d.durable_bytes("/a/f")
+    d.fdatasync(fh)  # "succeeds": the pages are clean, nothing is written
+    d.drop_cache(fh)
+    assert d.pread(fh, SECTOR, 0) == platter
+    d.close(fh)
