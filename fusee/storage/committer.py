@@ -18,11 +18,14 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from fusee.errors import StorageError
 from fusee.storage.log import FlushJob, SharedLog
+
+logger = logging.getLogger("fusee")
 
 
 class _SharedFuture(asyncio.Future[None]):
@@ -256,7 +259,9 @@ class GroupCommitter:
     def _complete(self, job: FlushJob) -> None:
         try:
             durable = self.log.finish_flush(job)
-        except StorageError:
+        except StorageError as e:
+            logger.error("the log failed; nothing more is acknowledged until the directory is "
+                         "opened again: %s", e)
             # The log failed: every waiter wakes and raises the failure.
             self._resolve(self._next_fut)
             self._next_fut = None
