@@ -5,6 +5,8 @@ and start them; every operation a workflow starts through its :class:`Ctx` is
 journaled, so after a crash the run replays and continues where it was.
 """
 
+import logging
+
 from fusee.definitions import (
     QueryDef,
     SignalDef,
@@ -20,6 +22,7 @@ from fusee.errors import (
     AlreadyExists,
     Busy,
     Cancelled,
+    CompletionFailed,
     CorruptRecord,
     DeterminismError,
     EngineClosed,
@@ -42,11 +45,15 @@ from fusee.runtime.context import ChildHandle, Ctx, StepInfo
 
 __version__ = "0.1.0"
 
+# A library logs, the application decides where it goes: nothing prints unless configured.
+logging.getLogger("fusee").addHandler(logging.NullHandler())
+
 __all__ = [
     "AlreadyExists",
     "Busy",
     "Cancelled",
     "ChildHandle",
+    "CompletionFailed",
     "CorruptRecord",
     "Ctx",
     "DeterminismError",

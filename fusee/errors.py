@@ -199,6 +199,11 @@ class StepTimeout(FuseeError, TimeoutError):
     """
 
 
+class CompletionFailed(FuseeError):
+    """The outside world reported that an async completion failed
+    (``engine.fail_completion(token, message)``); raised where the workflow awaits it."""
+
+
 class Cancelled(FuseeError):
     """The run was cancelled: raised at the operations the workflow awaits.
 

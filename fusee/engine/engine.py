@@ -18,11 +18,13 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 from fusee import codec, sabotage
+from fusee.core import journal as jm
 from fusee.core import records as rec
 from fusee.definitions import QueryDef, SignalDef, UpdateDef, WorkflowDef
 from fusee.durations import to_ms
 from fusee.engine import periodic
 from fusee.errors import (
+    CompletionFailed,
     CorruptRecord,
     EngineClosed,
     FuseeError,
@@ -37,6 +39,7 @@ from fusee.runtime.context import Duration
 from fusee.runtime.env import DEFAULT_STEP_THREADS, Env, RealEnv
 from fusee.runtime.runtime import IF_FINISHED, IF_RUNNING, Runtime
 from fusee.runtime.table import dedup_key
+from fusee.runtime.tokens import parse_token
 from fusee.runtime.wfloop import WorkflowLoop
 from fusee.storage.committer import GroupCommitter
 from fusee.storage.directory import existing_shards
@@ -672,6 +675,50 @@ class Engine:
         st = self._rt.current(wid)
         lsn = self._rt.resume(wid, None)
         await self._durable(st.shard, lsn)
+
+    # --- async completions -----------------------------------------------------
+
+    async def complete(self, token: str, value: Any = None) -> bool:
+        """Completes the ``ctx.await_completion`` that handed out ``token`` with ``value``.
+
+        Returns True once the completion is durable; False when the operation
+        was completed already, the token belongs to a stale attempt (a retried
+        token function handed out a newer one) or the run ended. Raises
+        :class:`fusee.NotFound` for a token of no workflow this engine knows,
+        and :class:`fusee.SerializationError` (nothing recorded) when the
+        value does not convert to the await's ``result_type``.
+        """
+        return await self._complete_token(token, rec.Status.OK, value)
+
+    async def fail_completion(self, token: str, message: str = "") -> bool:
+        """Fails the ``ctx.await_completion`` that handed out ``token``: it raises
+        :class:`fusee.CompletionFailed` with ``message`` in the workflow. Returns
+        as :meth:`complete` does."""
+        return await self._complete_token(token, rec.Status.FAILED, str(message))
+
+    async def _complete_token(self, token: str, status: rec.Status, value: Any) -> bool:
+        self._check_open()
+        wid, run_id, seq, attempt = parse_token(token)
+        st = self._rt.current(wid)
+        if st.run_id != run_id or not st.running:
+            return False  # an earlier run of the ID, or one that ended
+        run = self._rt.loaded(st)
+        if run is None or run.machine.await_attempt(seq) != attempt:
+            return False
+        op = run.ops.get(seq)
+        if status == rec.Status.OK:
+            payload = codec.convert(
+                value, op.type if op is not None else Any,
+                what=f"the value completing '{op.name if op else seq}' of workflow '{wid}'",
+                declare="declare it with ctx.await_completion(..., result_type={type})",
+            )
+        else:
+            payload = codec.encode_error(CompletionFailed(value), traceback=False)
+        if not run.machine.complete(seq, jm.AsyncCompleted(attempt, status, payload)):
+            return False
+        run.pump()
+        await self._durable(run.shard, run.machine.gate)
+        return True
 
     # --- other threads -------------------------------------------------------
 

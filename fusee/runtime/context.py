@@ -57,6 +57,7 @@ class StepInfo:
         "name",
         "progress",
         "run_id",
+        "token",
         "workflow_id",
     )
 
@@ -70,8 +71,12 @@ class StepInfo:
         progress: Any,
         heartbeat: Callable[[Any], None],
         cancel_requested: Callable[[], bool] = lambda: False,
+        token: str | None = None,
     ) -> None:
         self.name = name
+        #: In ``ctx.await_completion``'s function: the token to hand to the outside
+        #: world (``engine.complete(token, value)``); None in an ordinary step.
+        self.token = token
         self.key = key
         self.attempt = attempt
         self.workflow_id = workflow_id
@@ -196,6 +201,30 @@ class Ctx:
         pauses until resumed, with ``Retry(pause_when_exhausted=True)``).
         """
         return self._run.op_step(name, fn, retry, timeout, read_only, result_type)
+
+    def await_completion(
+        self,
+        name: str,
+        fn: Callable[..., Any],
+        *,
+        retry: Retry | None = None,
+        timeout: Duration | None = None,
+        result_type: Any = None,
+    ) -> Awaitable[Any]:
+        """Waits durably for a value that the outside world reports with ``engine.complete``.
+
+        ``fn`` runs like a step's function (after the journal is durable, with
+        ``retry`` and a per-attempt ``timeout``) and receives a
+        :class:`StepInfo` whose ``token`` it hands out (an e-mail link, a
+        webhook registration). Once it returned, the run waits (and parks if
+        it waits long) for ``await engine.complete(token, value)``, whose
+        value, converted to ``result_type``, is returned here; after
+        ``engine.fail_completion(token, message)`` this raises
+        :class:`fusee.CompletionFailed`. A retried ``fn`` hands out a new
+        token and the old one is refused; a replay after the token went out
+        waits again without running ``fn``.
+        """
+        return self._run.op_await(name, fn, retry, timeout, result_type)
 
     def sleep(self, name: str, duration: Duration) -> Awaitable[None]:
         """Sleeps durably: the timer survives crashes and restarts."""

@@ -23,6 +23,7 @@ from fusee.definitions import QueryDef, SignalDef, UpdateDef, WorkflowDef
 from fusee.durations import to_ms
 from fusee.errors import (
     Cancelled,
+    CompletionFailed,
     DeterminismError,
     FuseeError,
     NondeterministicCall,
@@ -45,7 +46,7 @@ if TYPE_CHECKING:
     from fusee.runtime.host import RunHost
 
 #: Kinds of operations whose futures the run resolves.
-STEP, SLEEP, WAIT, CHILD, UPDATE = range(5)
+STEP, SLEEP, WAIT, CHILD, UPDATE, AWAIT = range(6)
 
 _CLOSE_POLICIES = {
     "terminate": rec.ClosePolicy.TERMINATE,
@@ -62,6 +63,7 @@ class StepCall:
         "fn",
         "gate",
         "is_async",
+        "is_await",
         "last_error",
         "name",
         "not_before",
@@ -92,6 +94,8 @@ class StepCall:
         self.gate = gate
         #: The latest failed attempt's error (for describe()), or None.
         self.last_error: str | None = None
+        #: An async completion's token function (its success hands out the token).
+        self.is_await = False
         self.takes_info, self.is_async, _ = describe_fn(fn)
 
 
@@ -394,6 +398,15 @@ class Run:
                     fut.set_result(codec.decode(outcome.payload, op.type))
                 else:
                     fut.set_exception(codec.decode_error(outcome.payload).step_failed(op.name))
+            elif kind == AWAIT:
+                if status == rec.Status.OK:
+                    fut.set_result(codec.decode(outcome.payload, op.type))
+                else:
+                    info = codec.decode_error(outcome.payload)
+                    if info.type == "CompletionFailed":
+                        fut.set_exception(CompletionFailed(info.message))
+                    else:
+                        fut.set_exception(info.step_failed(op.name))
             elif kind == SLEEP:
                 fut.set_result(None)
             elif kind == WAIT:
@@ -566,6 +579,44 @@ class Run:
                 start.not_before_ms,
                 self.machine.gate,
             )
+            self.steps[seq] = call
+            self.rt.run_step(self, seq, call)
+        return fut
+
+    def op_await(
+        self,
+        name: str,
+        fn: Callable[..., Any],
+        retry: Retry | None,
+        timeout: Any,
+        result_type: Any,
+    ) -> asyncio.Future[Any]:
+        self._check()
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"a completion name must be a non-empty string, got {name!r}")
+        if not callable(fn):
+            raise TypeError(f"await_completion '{name}': fn must be callable, got {type(fn).__name__}")
+        if retry is not None and not isinstance(retry, Retry):
+            raise TypeError(f"await_completion '{name}': retry must be a fusee.Retry, got {type(retry).__name__}")
+        timeout_s = to_ms(timeout) / 1000 if timeout is not None else None
+        try:
+            seq, start = self.machine.begin_await(name)
+        except DeterminismError as e:
+            raise self._determinism(e) from None
+        fut = self._new_op(seq, AWAIT, name, Any if result_type is None else result_type)
+        if isinstance(start, jm.StepRun):
+            # The token is not out yet: its function runs like a step's.
+            call = StepCall(
+                name,
+                fn,
+                retry if retry is not None else self.rt.default_retry,
+                timeout_s,
+                False,
+                start.attempt,
+                start.not_before_ms,
+                self.machine.gate,
+            )
+            call.is_await = True
             self.steps[seq] = call
             self.rt.run_step(self, seq, call)
         return fut

@@ -27,6 +27,7 @@ from fusee.core import records as rec
 from fusee.errors import SerializationError, StepTimeout
 from fusee.runtime.context import StepInfo
 from fusee.runtime.run import Run, StepCall
+from fusee.runtime.tokens import make_token
 
 if TYPE_CHECKING:
     from fusee.runtime.host import StepHost
@@ -248,6 +249,16 @@ class StepRunner:
         if run.dead or self.rt.closed or not m.step_pending(seq):
             self._settle(run, seq)
             return
+        call = run.steps.get(seq)
+        if call is not None and call.is_await:
+            # The token function returned: its token is out; the run waits for engine.complete.
+            r = m.awaiting(seq)
+            run.steps.pop(seq, None)
+            if r is not None:
+                run.append(r)
+                run.pump()
+            self._settle(run, seq)
+            return
         try:
             status, payload = rec.Status.OK, codec.encode_step_result(run.ops.get(seq), value)
         except SerializationError as e:
@@ -362,6 +373,7 @@ class StepRunner:
             progress,
             lambda p: self._heartbeat(run, seq, p),
             lambda: run.cancel_pending,
+            make_token(run.workflow_id, run.run_id, seq, attempt) if call.is_await else None,
         )
         return (info,)
 

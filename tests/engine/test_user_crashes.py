@@ -88,3 +88,18 @@ def test_cancel_then_crash_never_restarts_the_covered_step(tmp_path: Path) -> No
     kinds = [x.split()[0] for x in after]
     assert kinds.count("begin") == 1, f"the charge started again after a durable cancel: {after}"
     assert kinds == ["begin", "refund"], after
+
+
+def test_a_completion_token_survives_sigkill(tmp_path: Path) -> None:
+    p = start(tmp_path, "approval")
+    assert p.stdout is not None
+    line = p.stdout.readline()
+    assert json.loads(line) == {"awaiting": True}, p.stderr.read() if p.stderr else ""
+    p.send_signal(signal.SIGKILL)
+    p.communicate(timeout=60)
+    links = [x.split()[1] for x in ledger(tmp_path) if x.startswith("link ")]
+    assert len(links) == 1
+    out = finish(start(tmp_path, "approval-complete", TOKEN=links[0]))
+    assert out[0] == {"accepted": True, "again": False}
+    assert out[-1] == {"result": "250 approved by erin"}
+    assert len([x for x in ledger(tmp_path) if x.startswith("link ")]) == 1, "the link went out twice"

@@ -89,8 +89,21 @@ async def saga(ctx: fusee.Ctx) -> str:
         raise
 
 
+# --- an approval link ---------------------------------------------------------------
+
+
+def send_link(info: fusee.StepInfo) -> None:
+    ledger(f"link {info.token}")
+
+
+@fusee.workflow("approval")
+async def approval(ctx: fusee.Ctx, amount: int) -> str:
+    who = await ctx.await_completion("manager", send_link, result_type=str)
+    return f"{amount} approved by {who}"
+
+
 async def main() -> None:
-    async with fusee.Engine.open(DIR, workflows=[etl, saga]) as engine:
+    async with fusee.Engine.open(DIR, workflows=[etl, saga, approval]) as engine:
         if MODE == "etl":
             h = await engine.start(etl, "etl-1", 2000, if_running="attach", if_finished="attach")
             emit(started=True)
@@ -108,6 +121,16 @@ async def main() -> None:
                 emit(result=await h.result())
             except fusee.WorkflowCancelled as e:
                 emit(cancelled=str(e))
+        elif MODE == "approval":
+            await engine.start(approval, "ap-1", 250)
+            while not any(type(r).__name__ == "Awaiting" for r in await engine.journal("ap-1")):
+                await asyncio.sleep(0.005)
+            emit(awaiting=True)
+            await asyncio.sleep(3600)  # the test kills us while the run waits
+        elif MODE == "approval-complete":
+            token = os.environ["TOKEN"]
+            emit(accepted=await engine.complete(token, "erin"), again=await engine.complete(token, "x"))
+            emit(result=await engine.get("ap-1").result())
         else:
             raise SystemExit(f"unknown mode {MODE}")
 
