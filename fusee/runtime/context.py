@@ -189,6 +189,7 @@ class Ctx:
         timeout: Duration | None = None,
         read_only: bool = False,
         result_type: Any = None,
+        heartbeat_timeout: Duration | None = None,
     ) -> Awaitable[Any]:
         """Runs ``fn`` at most once to success and journals its result.
 
@@ -199,8 +200,14 @@ class Ctx:
         ``fn`` is not called. Failures are retried per ``retry``; when they
         run out, awaiting raises :class:`fusee.StepFailed` (or the step
         pauses until resumed, with ``Retry(pause_when_exhausted=True)``).
+
+        ``timeout`` bounds each attempt; ``heartbeat_timeout`` fails an attempt
+        that reports no ``info.heartbeat(...)`` for that long (the next attempt
+        sees the latest progress as ``info.progress``). An async function is
+        cancelled then; a synchronous one runs to its end first (its result is
+        discarded), so two attempts never overlap.
         """
-        return self._run.op_step(name, fn, retry, timeout, read_only, result_type)
+        return self._run.op_step(name, fn, retry, timeout, read_only, result_type, heartbeat_timeout)
 
     def await_completion(
         self,

@@ -62,6 +62,7 @@ class StepCall:
         "attempt",
         "fn",
         "gate",
+        "heartbeat_s",
         "is_async",
         "is_await",
         "last_error",
@@ -96,6 +97,8 @@ class StepCall:
         self.last_error: str | None = None
         #: An async completion's token function (its success hands out the token).
         self.is_await = False
+        #: An attempt that reports no heartbeat for this long fails (None: no limit).
+        self.heartbeat_s: float | None = None
         self.takes_info, self.is_async, _ = describe_fn(fn)
 
 
@@ -551,6 +554,7 @@ class Run:
         timeout: Any,
         read_only: bool,
         result_type: Any,
+        heartbeat_timeout: Any = None,
     ) -> asyncio.Future[Any]:
         self._check()
         if not isinstance(name, str) or not name:
@@ -579,6 +583,8 @@ class Run:
                 start.not_before_ms,
                 self.machine.gate,
             )
+            if heartbeat_timeout is not None:
+                call.heartbeat_s = to_ms(heartbeat_timeout) / 1000
             self.steps[seq] = call
             self.rt.run_step(self, seq, call)
         return fut

@@ -87,6 +87,8 @@ class StepRunner:
         #: Heartbeats: the latest not yet journaled, and the LSN of the last one journaled, per step.
         self._hb_next: dict[tuple[Run, int], rec.Heartbeat] = {}
         self._hb_lsn: dict[tuple[Run, int], int] = {}
+        #: When a supervised attempt last reported a heartbeat (loop time).
+        self._hb_seen: dict[tuple[Run, int], float] = {}
 
     # --- starting ----------------------------------------------------------------
 
@@ -182,7 +184,11 @@ class StepRunner:
 
     def _start_step(self, run: Run, seq: int, call: StepCall) -> None:
         """Runs the function now; only one that suspends (or must wait, or has a timeout) gets a task."""
-        if (call.not_before > 0 and call.not_before > self.rt.env.now_ms()) or call.timeout_s is not None:
+        if (
+            (call.not_before > 0 and call.not_before > self.rt.env.now_ms())
+            or call.timeout_s is not None
+            or call.heartbeat_s is not None
+        ):
             if self.may_start(run, seq):
                 self.rt.spawn(self._step(run, seq, call))
             return
@@ -381,44 +387,65 @@ class StepRunner:
         fn = call.fn
         args = self._step_args(run, seq, call, attempt)
         if call.is_async:
-            coro = fn(*args)
-            if call.timeout_s is None:
-                return await coro
-            try:
-                return await asyncio.wait_for(coro, call.timeout_s)
-            except TimeoutError:
-                raise StepTimeout(f"step '{call.name}' took longer than {call.timeout_s}s") from None
+            return await self._supervise(run, seq, call, asyncio.ensure_future(fn(*args)), False)
         if self.rt.env.inline_sync_steps:
             result = fn(*args)
         else:
-            fut = self._in_pool(run, fn, args)
-            if call.timeout_s is None:
-                result = await fut
-            else:
-                try:
-                    result = await asyncio.wait_for(asyncio.shield(fut), call.timeout_s)
-                except TimeoutError:
-                    # A thread cannot be interrupted: the attempt has failed, and the
-                    # next one waits until this one returned (one execution at a time).
+            result = await self._supervise(run, seq, call, self._in_pool(run, fn, args), True)
+        if inspect.isawaitable(result):
+            task = asyncio.ensure_future(result)
+            if seq in run.executing:
+                run.executing[seq] = asyncio.current_task()
+            result = await self._supervise(run, seq, call, task, False)
+        return result
+
+    async def _supervise(
+        self, run: Run, seq: int, call: StepCall, fut: asyncio.Future[Any], in_thread: bool
+    ) -> Any:
+        """Awaits one attempt, failing it past its ``timeout`` or ``heartbeat_timeout``.
+
+        An async attempt is cancelled then. A thread cannot be interrupted:
+        the attempt still fails, but only once the function returned, so the
+        next attempt never overlaps it.
+        """
+        if call.timeout_s is None and call.heartbeat_s is None:
+            return await fut
+        loop = self.rt.loop
+        start = loop.time()
+        key = (run, seq)
+        self._hb_seen[key] = start
+        try:
+            while True:
+                limit = start + call.timeout_s if call.timeout_s is not None else None
+                why = f"took longer than {call.timeout_s}s"
+                if call.heartbeat_s is not None:
+                    silent = self._hb_seen.get(key, start) + call.heartbeat_s
+                    if limit is None or silent < limit:
+                        limit, why = silent, f"reported no heartbeat for {call.heartbeat_s}s"
+                assert limit is not None
+                remaining = limit - loop.time()
+                if remaining > 0:
+                    done, _ = await asyncio.wait({fut}, timeout=remaining)
+                    if done:
+                        return fut.result()
+                    continue  # a heartbeat may have moved the limit: look again
+                if in_thread:
                     try:
                         await fut
                     except Exception:
                         pass
-                    raise StepTimeout(
-                        f"step '{call.name}' took longer than {call.timeout_s}s "
-                        "(its function ran to its end; the result was discarded)"
-                    ) from None
-        if inspect.isawaitable(result):
-            if seq in run.executing:
-                run.executing[seq] = asyncio.current_task()
-            if call.timeout_s is None:
-                result = await result
-            else:
-                try:
-                    result = await asyncio.wait_for(result, call.timeout_s)
-                except TimeoutError:
-                    raise StepTimeout(f"step '{call.name}' took longer than {call.timeout_s}s") from None
-        return result
+                    why += " (its function ran to its end; the result was discarded)"
+                else:
+                    fut.cancel()
+                    try:
+                        await fut
+                    except BaseException:
+                        pass
+                raise StepTimeout(f"step '{call.name}' {why}")
+        finally:
+            self._hb_seen.pop(key, None)
+            if not fut.done():
+                fut.cancel()  # the task carrying us was cancelled: so is the attempt
 
     # --- heartbeats ---------------------------------------------------------------
 
@@ -433,6 +460,8 @@ class StepRunner:
     def _heartbeat_on_loop(self, run: Run, seq: int, payload: bytes) -> None:
         if run.dead or self.rt.closed or seq not in run.executing:
             return
+        if (run, seq) in self._hb_seen:
+            self._hb_seen[(run, seq)] = self.rt.loop.time()
         r = run.machine.heartbeat(seq, payload)
         if r is None:
             return

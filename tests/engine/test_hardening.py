@@ -507,3 +507,38 @@ async def test_changed_code_is_found_at_open_for_parked_runs(
         assert "determinism" in engine.stuck()["t-1"]
         with pytest.raises(fusee.DeterminismError):
             await asyncio.wait_for(engine.get("t-1").result(), 10)
+
+
+async def test_heartbeat_timeout_fails_a_silent_attempt_and_the_next_resumes_from_progress() -> None:
+    seen: list[Any] = []
+
+    async def export(info: fusee.StepInfo) -> int:
+        seen.append(info.progress)
+        start = info.progress or 0
+        for page in range(start, 10):
+            info.heartbeat(page)
+            await asyncio.sleep(0.005)
+            if page == 4 and info.attempt == 1:
+                await asyncio.sleep(3600)  # the worker hangs: no more heartbeats
+        return 10
+
+    def sync_export(info: fusee.StepInfo) -> int:
+        seen.append(info.progress)
+        info.heartbeat(7)
+        if info.attempt == 1:
+            time.sleep(0.3)  # silent for longer than the heartbeat timeout
+        return 7
+
+    @fusee.workflow("exporter")
+    async def exporter(ctx: fusee.Ctx) -> list[int]:
+        a = await ctx.step("export", export, heartbeat_timeout="100ms",
+                           retry=fusee.Retry(attempts=3, initial="1ms"))
+        b = await ctx.step("sync-export", sync_export, heartbeat_timeout="100ms",
+                           retry=fusee.Retry(attempts=3, initial="1ms"))
+        return [int(a), int(b)]
+
+    async with fusee.Engine.open(workflows=[exporter]) as engine:
+        assert await asyncio.wait_for(engine.execute(exporter, "e-1"), 20) == [10, 7]
+        attempts = [r for r in await engine.journal("e-1") if isinstance(r, rec.Attempt)]
+    assert seen == [None, 4, None, 7]
+    assert len(attempts) == 2 and all(b"heartbeat" in a.error for a in attempts)
