@@ -17,7 +17,7 @@ from fusee.definitions import (
     update,
     workflow,
 )
-from fusee.engine.engine import Engine, RunHandle, RunSummary
+from fusee.engine.engine import AuditEntry, Engine, RunHandle, RunSummary
 from fusee.errors import (
     AlreadyExists,
     Busy,
@@ -50,6 +50,7 @@ logging.getLogger("fusee").addHandler(logging.NullHandler())
 
 __all__ = [
     "AlreadyExists",
+    "AuditEntry",
     "Busy",
     "Cancelled",
     "ChildHandle",

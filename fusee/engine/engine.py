@@ -75,6 +75,9 @@ class RunSummary:
     next_retry: datetime.datetime | None = None
     #: Steps whose retries ran out and wait for ``engine.resume``.
     paused_steps: tuple[str, ...] = ()
+    #: Signals, cancels, terminates and resumes made with ``by=``, oldest first
+    #: (filled by :meth:`Engine.describe`).
+    audit: tuple[Any, ...] = ()
 
 
 class RunHandle:
@@ -96,9 +99,11 @@ class RunHandle:
         """
         return await self._engine._result(self.workflow_id)
 
-    async def signal(self, signal: SignalDef[Any], value: Any = None, *, dedup_key: str | None = None) -> None:
+    async def signal(
+        self, signal: SignalDef[Any], value: Any = None, *, dedup_key: str | None = None, by: str | None = None
+    ) -> None:
         """See :meth:`Engine.signal`."""
-        await self._engine.signal(self.workflow_id, signal, value, dedup_key=dedup_key)
+        await self._engine.signal(self.workflow_id, signal, value, dedup_key=dedup_key, by=by)
 
     async def query(self, query: QueryDef, arg: Any = None) -> Any:
         """See :meth:`Engine.query`."""
@@ -108,17 +113,17 @@ class RunHandle:
         """See :meth:`Engine.update`."""
         return await self._engine.update(self.workflow_id, update, arg, update_id=update_id)
 
-    async def cancel(self, reason: str = "") -> None:
+    async def cancel(self, reason: str = "", *, by: str | None = None) -> None:
         """See :meth:`Engine.cancel`."""
-        await self._engine.cancel(self.workflow_id, reason)
+        await self._engine.cancel(self.workflow_id, reason, by=by)
 
-    async def terminate(self, reason: str = "") -> None:
+    async def terminate(self, reason: str = "", *, by: str | None = None) -> None:
         """See :meth:`Engine.terminate`."""
-        await self._engine.terminate(self.workflow_id, reason)
+        await self._engine.terminate(self.workflow_id, reason, by=by)
 
-    async def resume(self) -> None:
+    async def resume(self, *, by: str | None = None) -> None:
         """See :meth:`Engine.resume`."""
-        await self._engine.resume(self.workflow_id)
+        await self._engine.resume(self.workflow_id, by=by)
 
     def describe(self) -> RunSummary:
         """The workflow's current summary."""
@@ -558,8 +563,11 @@ class Engine:
         value: Any = None,
         *,
         dedup_key: str | None = None,
+        by: str | None = None,
     ) -> None:
         """Delivers a signal; returns once it is durable.
+
+        ``by`` (who sent it) is journaled for the audit (``describe().audit``).
 
         Signals wait in the run until its code waits for them, and are taken
         in arrival order. A signal with a ``dedup_key`` the run has already
@@ -572,7 +580,7 @@ class Engine:
         payload = codec.encode_signal(signal, value)
         key = _dedup(dedup_key)
         st = self._rt.current(wid)
-        lsn = self._rt.signal(wid, signal.name, payload, key, None)
+        lsn = self._rt.signal(wid, signal.name, payload, key, _by(by))
         await self._durable(st.shard, lsn)
 
     async def query(self, workflow_id: str, query: QueryDef, arg: Any = None) -> Any:
@@ -648,7 +656,7 @@ class Engine:
         run.offer_update(update.name, uid, payload, fut)
         return codec.retype(await fut, update.result_type)
 
-    async def cancel(self, workflow_id: str, reason: str = "") -> None:
+    async def cancel(self, workflow_id: str, reason: str = "", *, by: str | None = None) -> None:
         """Requests cancellation; returns once the request is durable.
 
         The run's pending operations raise :class:`fusee.Cancelled`; its code
@@ -657,23 +665,23 @@ class Engine:
         self._check_open()
         wid = self._check_id(workflow_id)
         st = self._rt.current(wid)
-        lsn = self._rt.cancel(wid, str(reason), None)
+        lsn = self._rt.cancel(wid, str(reason), _by(by))
         await self._durable(st.shard, lsn)
 
-    async def terminate(self, workflow_id: str, reason: str = "") -> None:
+    async def terminate(self, workflow_id: str, reason: str = "", *, by: str | None = None) -> None:
         """Ends the run at once without running more of its code; returns once durable."""
         self._check_open()
         wid = self._check_id(workflow_id)
         st = self._rt.current(wid)
-        lsn = self._rt.terminate(wid, str(reason), None)
+        lsn = self._rt.terminate(wid, str(reason), _by(by))
         await self._durable(st.shard, lsn)
 
-    async def resume(self, workflow_id: str) -> None:
+    async def resume(self, workflow_id: str, *, by: str | None = None) -> None:
         """Resumes the run's paused steps (their retries ran out) with a fresh retry budget."""
         self._check_open()
         wid = self._check_id(workflow_id)
         st = self._rt.current(wid)
-        lsn = self._rt.resume(wid, None)
+        lsn = self._rt.resume(wid, _by(by))
         await self._durable(st.shard, lsn)
 
     # --- async completions -----------------------------------------------------
@@ -774,8 +782,11 @@ class Engine:
         else:
             status = st.status.name.lower()
         summary = RunSummary(st.id, st.run_id, st.wtype, status, st.shard, stuck_reason=stuck)
-        if detail and st.running:
-            summary = dataclasses.replace(summary, **_retry_view(self._rt.journal_of(st)[0]))
+        if detail:
+            journal = self._rt.journal_of(st)[0]
+            summary = dataclasses.replace(summary, audit=_audit_view(journal))
+            if st.running:
+                summary = dataclasses.replace(summary, **_retry_view(journal))
         return summary
 
     def runs(self) -> list[RunSummary]:
@@ -871,6 +882,47 @@ class Engine:
         await self.close()
 
 
+def _by(by: str | None) -> bytes | None:
+    """Who asked, as journaled for the audit."""
+    if by is None:
+        return None
+    if not isinstance(by, str) or not by:
+        raise TypeError(f"by= names who asks: a non-empty str, got {by!r}")
+    return by.encode("utf-8", "surrogatepass")
+
+
+@dataclasses.dataclass(frozen=True)
+class AuditEntry:
+    """One journaled request from outside the run: who asked for what."""
+
+    #: "signal", "cancel", "terminate" or "resume".
+    action: str
+    #: Who asked (the ``by=`` of the call).
+    by: str
+    #: The signal's name or the reason given, if any.
+    detail: str = ""
+
+
+def _audit_view(journal: list[rec.Record]) -> tuple[AuditEntry, ...]:
+    """The requests with a ``by=`` that the run's journal holds, in order."""
+    out: list[AuditEntry] = []
+    for r in journal:
+        by = getattr(r, "by", None)
+        if not by:
+            continue
+        who = by.decode("utf-8", "replace")
+        t = type(r)
+        if t is rec.Signal:
+            out.append(AuditEntry("signal", who, r.name))  # type: ignore[union-attr]
+        elif t is rec.CancelRequest:
+            out.append(AuditEntry("cancel", who, r.reason.decode("utf-8", "replace")))  # type: ignore[union-attr]
+        elif t is rec.Done:
+            out.append(AuditEntry("terminate", who, r.payload.decode("utf-8", "replace")))  # type: ignore[union-attr]
+        elif t is rec.Resume:
+            out.append(AuditEntry("resume", who))
+    return tuple(out)
+
+
 def _retry_view(journal: list[rec.Record]) -> dict[str, Any]:
     """Failed attempts of the run's unfinished steps, from its journal."""
     attempts: dict[int, rec.Attempt] = {}
@@ -911,4 +963,4 @@ def _dedup(key: str | None) -> int:
     return dedup_key("client:" + key)
 
 
-__all__ = ["Engine", "RunHandle", "RunSummary"]
+__all__ = ["AuditEntry", "Engine", "RunHandle", "RunSummary"]

@@ -542,3 +542,32 @@ async def test_heartbeat_timeout_fails_a_silent_attempt_and_the_next_resumes_fro
         attempts = [r for r in await engine.journal("e-1") if isinstance(r, rec.Attempt)]
     assert seen == [None, 4, None, 7]
     assert len(attempts) == 2 and all(b"heartbeat" in a.error for a in attempts)
+
+
+async def test_who_asked_is_journaled_and_shown() -> None:
+    go = fusee.signal("go", int)
+
+    @fusee.workflow("audited")
+    async def audited(ctx: fusee.Ctx) -> int:
+        try:
+            await ctx.wait_for(go)
+            await ctx.wait_for(go)
+        except fusee.Cancelled:
+            return -1
+        return 0
+
+    async with fusee.Engine.open(workflows=[audited]) as engine:
+        h = await engine.start(audited, "a-1")
+        await h.signal(go, 1, by="alice")
+        await engine.cancel("a-1", "fraud suspected", by="bob")
+        assert await h.result() == -1
+        audit = engine.describe("a-1").audit
+        assert audit == (fusee.AuditEntry("signal", "alice", "go"),
+                         fusee.AuditEntry("cancel", "bob", "fraud suspected"))
+        by = [r.by for r in await engine.journal("a-1") if isinstance(r, (rec.Signal, rec.CancelRequest))]
+        assert by == [b"alice", b"bob"]
+        await engine.start(audited, "a-2")
+        await engine.terminate("a-2", "cleanup", by="carol")
+        assert engine.describe("a-2").audit == (fusee.AuditEntry("terminate", "carol", "cleanup"),)
+        with pytest.raises(TypeError):
+            await engine.signal("a-2", go, 1, by="")
