@@ -656,6 +656,48 @@ class Engine:
         run.offer_update(update.name, uid, payload, fut)
         return codec.retype(await fut, update.result_type)
 
+    async def update_with_start(
+        self,
+        workflow: WorkflowDef[Any, Any] | str,
+        workflow_id: str,
+        input: Any,
+        update: UpdateDef[Any],
+        arg: Any = None,
+        *,
+        update_id: str | None = None,
+        timeout: Duration | None = None,
+    ) -> Any:
+        """Delivers ``update`` to ``workflow_id``, starting the workflow first if it is not running.
+
+        A running workflow gets the update as :meth:`update` would deliver it.
+        Otherwise a new run starts with the update recorded in its start, as
+        its first delivery (so the start and the update are durable together;
+        the update's validator is not consulted). Returns the handler's
+        result once durable. An ``update_id`` answered before returns the same
+        answer again.
+        """
+        self._check_open()
+        wdef = self._workflow(workflow)
+        wid = self._check_id(workflow_id)
+        if not isinstance(update, UpdateDef):
+            raise TypeError(f"update_with_start takes an update made with fusee.update(...), got {update!r}")
+        uid = update_id if update_id is not None else self._env.rng.getrandbits(128).to_bytes(16, "big").hex()
+        if not isinstance(uid, str) or not uid:
+            raise TypeError("update_id must be a non-empty string")
+        st = self._rt.wf.get(wid)
+        if st is None or not st.running:
+            if not wdef.takes_input and input is not None:
+                raise TypeError(f"workflow '{wdef.name}' takes no input, got {type(input).__name__}")
+            payload = codec.encode_input(wdef, input)
+            upayload = codec.encode_update_arg(update, arg)
+            deadline_ms = self._env.now_ms() + to_ms(timeout) if timeout is not None else 0
+            st, lsn, _ = self._rt.start_workflow(
+                wdef, wid, payload, if_running="attach", if_finished="start", deadline_ms=deadline_ms,
+                update=rec.UpdateWithStart(name=update.name, id=uid, payload=upayload),
+            )
+            await self._durable(st.shard, lsn)
+        return await self.update(wid, update, arg, update_id=uid)
+
     async def cancel(self, workflow_id: str, reason: str = "", *, by: str | None = None) -> None:
         """Requests cancellation; returns once the request is durable.
 

@@ -244,6 +244,7 @@ class Runtime:
         if_running: str = "fail",
         if_finished: str = "fail",
         deadline_ms: int = 0,
+        update: rec.UpdateWithStart | None = None,
     ) -> tuple[WorkflowState, int, bool]:
         """Starts ``wid`` (or attaches to it, per the policies).
 
@@ -272,14 +273,20 @@ class Runtime:
         else:
             st = self.wf[wid] = WorkflowState(wid, shard_of(wid, self.shards))
         st.parent = parent
-        lsn = self._new_run(st, wdef, payload, policy, deadline_ms)
+        lsn = self._new_run(st, wdef, payload, policy, deadline_ms, update)
         return st, lsn, True
 
     def _ack_lsn(self, st: WorkflowState) -> int:
         return st.lsns[-1] if st.lsns else 0
 
     def _new_run(
-        self, st: WorkflowState, wdef: WorkflowDef[Any, Any], payload: bytes, policy: int, deadline_ms: int = 0
+        self,
+        st: WorkflowState,
+        wdef: WorkflowDef[Any, Any],
+        payload: bytes,
+        policy: int,
+        deadline_ms: int = 0,
+        update: rec.UpdateWithStart | None = None,
     ) -> int:
         rid = self.new_run_id()
         start = rec.Start(
@@ -292,7 +299,7 @@ class Runtime:
             deadline_ms=deadline_ms,
             parent=st.parent,
             policy=policy,
-            update=None,
+            update=update,
             input=payload,
         )
         if st.run_id:

@@ -115,3 +115,32 @@ async def test_the_token_survives_a_restart_and_is_not_issued_again(tmp_path: Pa
         assert len(TOKENS) == 1, "the replay handed out the token again"
         assert await engine.complete(TOKENS[0], "dave") is True
         assert await engine.get("a-1").result() == "7 approved by dave"
+
+
+add = fusee.update("add", int, result_type=int)
+
+
+@fusee.workflow("cart")
+async def cart(ctx: fusee.Ctx, owner: str) -> int:
+    total = {"n": 0}
+
+    def add_item(n: int) -> int:
+        total["n"] += n
+        return total["n"]
+
+    ctx.on_update(add, add_item)
+    await ctx.sleep("open", "1h")
+    return total["n"]
+
+
+async def test_update_with_start_starts_then_attaches(tmp_path: Path) -> None:
+    async with fusee.Engine.open(tmp_path, workflows=[cart]) as engine:
+        assert await engine.update_with_start(cart, "cart-1", "ann", add, 3, update_id="u1") == 3
+        start = (await engine.journal("cart-1"))[0]
+        assert isinstance(start, rec.Start) and start.update is not None and start.update.id == "u1"
+        # Running now: the next one is delivered to it.
+        assert await engine.update_with_start(cart, "cart-1", "ann", add, 4, update_id="u2") == 7
+        # The same update ID again: the same answer, nothing applied twice.
+        assert await engine.update_with_start(cart, "cart-1", "ann", add, 3, update_id="u1") == 3
+    async with fusee.Engine.open(tmp_path, workflows=[cart]) as engine:
+        assert await engine.update(("cart-1"), add, 1) == 8  # the replay applied each once
