@@ -257,15 +257,19 @@ class Engine:
         retention: float | None,
         read_only: bool = False,
     ) -> Engine:
-        registry: dict[str, WorkflowDef[Any, Any]] = {}
+        registry: dict[tuple[str, int], WorkflowDef[Any, Any]] = {}
         for w in workflows:
             if not isinstance(w, WorkflowDef):
                 raise TypeError(
                     f"workflows=[...] takes functions decorated with @fusee.workflow, got {w!r}"
                 )
-            if w.name in registry and registry[w.name] is not w:
-                raise ValueError(f"two workflows are registered under the name {w.name!r}")
-            registry[w.name] = w
+            key = (w.name, w.version)
+            if key in registry and registry[key] is not w:
+                raise ValueError(
+                    f"two workflows are registered as {w.name!r} version {w.version}: "
+                    "give the newer one @fusee.workflow(name, version=N)"
+                )
+            registry[key] = w
         if not isinstance(checkpoint_every, int) or checkpoint_every < 1:
             raise ValueError(f"checkpoint_every must be a positive int, got {checkpoint_every!r}")
         interval = periodic.check_interval(checkpoint_interval)
@@ -321,7 +325,7 @@ class Engine:
                 env,
                 self._committer,
                 log.shards,
-                registry,
+                list(registry.values()),
                 retry or Retry(),
                 park_after=park_after,
                 max_loaded=max_loaded,
@@ -553,7 +557,7 @@ class Engine:
         self._check_open()
         status, payload = await self._rt.result_of(workflow_id)
         st = self._rt.current(workflow_id)
-        wdef = self._rt.workflows.get(st.wtype)
+        wdef = self._rt.definition(st.wtype, st.version)
         return self._rt.raise_for(workflow_id, status, payload, wdef.result_type if wdef else Any)
 
     async def signal(

@@ -58,6 +58,7 @@ class _ReadOnlyRuntime:
         self.tracebacks: bool = rt.tracebacks
         self.default_retry: Retry = rt.default_retry
         self.workflows: dict[str, Any] = rt.workflows
+        self.versions: dict[tuple[str, int], Any] = rt.versions
 
     def check_registered(self, workflow: Any) -> Any:
         return self._rt.check_registered(workflow)
@@ -120,7 +121,7 @@ def answer_query(rt: Runtime, st: WorkflowState, query: QueryDef, arg: Any) -> A
 
 
 def _replay(rt: Runtime, st: WorkflowState) -> _ReplayRun:
-    wdef = rt.workflows.get(st.wtype)
+    wdef = rt.definition(st.wtype, st.version)
     if wdef is None:
         raise QueryFailed(
             f"workflow '{st.id}' ended and its type '{st.wtype}' is not registered: open the engine "

@@ -35,6 +35,7 @@ def load_records(rt: Runtime, records: Iterable[tuple[int, int, rec.Record]]) ->
             if st.run_id:
                 rt.by_run.pop(st.run_id, None)
             st.wtype = r.wtype
+            st.version = r.version
             st.run_id = r.run
             st.parent = r.parent
             st.journal = [r]
@@ -130,7 +131,7 @@ def checkpoint_state(rt: Runtime) -> bytes:
         out.append(
             CheckpointEntry(
                 st.id, st.shard, st.wtype, st.run_id, st.parent, status, wake, journal,
-                has_outbox(st), st.code,
+                has_outbox(st), st.code, st.version,
             )
         )
     return msgspec.msgpack.encode(out)
@@ -149,6 +150,7 @@ def load_checkpoint(rt: Runtime, state: bytes) -> None:
         st.run_id = e.run_id
         st.parent = e.parent
         st.code = e.code
+        st.version = e.version
         rt.wf[e.id] = st
         rt.by_run[e.run_id] = st
         st.outbox = outbox

@@ -63,7 +63,7 @@ class Runtime:
         env: Env,
         committer: Any,
         shards: int,
-        workflows: dict[str, WorkflowDef[Any, Any]],
+        workflows: dict[str, WorkflowDef[Any, Any]] | list[WorkflowDef[Any, Any]],
         default_retry: Retry,
         *,
         park_after: float | None = 60.0,
@@ -89,7 +89,12 @@ class Runtime:
         self._outbox_at_open: set[str] = set()
         self.steps = StepRunner(self)
         self.shards = shards
-        self.workflows: dict[str, WorkflowDef[Any, Any]] = workflows
+        defs = list(workflows.values()) if isinstance(workflows, dict) else list(workflows)
+        #: Every registered (name, version), and the newest version of each name (what new starts take).
+        self.versions: dict[tuple[str, int], WorkflowDef[Any, Any]] = {(w.name, w.version): w for w in defs}
+        self.workflows: dict[str, WorkflowDef[Any, Any]] = {}
+        for w in sorted(defs, key=lambda d: d.version):
+            self.workflows[w.name] = w
         self.default_retry: Retry = default_retry
         self.loop: asyncio.AbstractEventLoop = asyncio.get_running_loop()
         self.timers = TimerQueue(self.loop, env.now_ms, self._timer_event)
@@ -99,7 +104,7 @@ class Runtime:
         self.stuck: dict[str, str] = {}
         self.stuck_errors: dict[str, FuseeError] = {}
         self._token = 0
-        self._codes: dict[str, int] = {}
+        self._codes: dict[tuple[str, int], int] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self.closed = False
         #: Closing: running step functions finish, no new one starts.
@@ -178,21 +183,43 @@ class Runtime:
             if rid not in self.by_run:
                 return rid
 
-    def code_of(self, wtype: str) -> int:
-        """The fingerprint of the registered code of ``wtype`` (0 if not registered)."""
-        code = self._codes.get(wtype)
+    def definition(self, wtype: str, version: int) -> WorkflowDef[Any, Any] | None:
+        """The registered code of version ``version`` of workflow ``wtype``."""
+        return self.versions.get((wtype, version))
+
+    def unregistered(self, wtype: str, version: int) -> UnknownWorkflow:
+        """Why a run of ``wtype`` version ``version`` cannot go on here."""
+        have = sorted(v for (name, v) in self.versions if name == wtype)
+        if have:
+            return UnknownWorkflow(
+                f"workflow '{wtype}' version {version} is not registered (this engine has version"
+                f"{'s' if len(have) > 1 else ''} {', '.join(map(str, have))}): reopen the engine with "
+                f"version {version} in workflows=[...] to continue this run"
+            )
+        return UnknownWorkflow(
+            f"workflow type '{wtype}' is not registered: reopen the engine with it "
+            "in workflows=[...] to continue this run"
+        )
+
+    def code_of(self, wtype: str, version: int) -> int:
+        """The fingerprint of the registered code of ``wtype`` ``version`` (0 if not registered)."""
+        code = self._codes.get((wtype, version))
         if code is None:
-            wdef = self.workflows.get(wtype)
-            code = self._codes[wtype] = code_fingerprint(wdef) if wdef is not None else 0
+            wdef = self.definition(wtype, version)
+            code = self._codes[(wtype, version)] = code_fingerprint(wdef) if wdef is not None else 0
         return code
 
     def check_parked_code(self) -> None:
         """Checks, in the background, the parked runs whose workflow code changed since they parked."""
-        stale = [
-            st for st in self.wf.values()
-            if st.packed is not None and st.status is None and st.id not in self.stuck
-            and st.wtype in self.workflows and st.code != self.code_of(st.wtype)
-        ]
+        stale = []
+        for st in self.wf.values():
+            if st.packed is None or st.status is not None or st.id in self.stuck:
+                continue
+            if (st.wtype, st.version) not in self.versions:
+                # Its code is not here at all: it waits, and says why, until an engine that has it opens.
+                self.mark_stuck(st.id, self.unregistered(st.wtype, st.version))
+            elif st.code != self.code_of(st.wtype, st.version):
+                stale.append(st)
         if stale:
             log.info("checking %d parked runs whose workflow code changed", len(stale))
             self.spawn(check_parked(self, stale))
@@ -211,12 +238,13 @@ class Runtime:
     # --- recovery --------------------------------------------------------
 
     def _load_run(self, st: WorkflowState) -> None:
-        wdef = self.workflows.get(st.wtype)
+        start = st.journal[0] if st.journal else None
+        if isinstance(start, rec.Start):
+            st.version = start.version
+        wdef = self.definition(st.wtype, st.version)
         if wdef is None:
-            self.mark_stuck(st.id, UnknownWorkflow(
-                f"workflow type '{st.wtype}' is not registered: reopen the engine with it "
-                "in workflows=[...] to continue this run"
-            ))
+            # The run waits, stuck, until an engine with its version opens.
+            self.mark_stuck(st.id, self.unregistered(st.wtype, st.version))
             return
         try:
             machine = jm.RunMachine.from_journal(st.journal, st.lsns[-1])
@@ -225,7 +253,7 @@ class Runtime:
             return
         run = Run(self, st.shard, wdef, machine, st.journal, st.lsns)
         st.run = run
-        st.code = self.code_of(st.wtype)
+        st.code = self.code_of(st.wtype, st.version)
         self.loaded_runs += 1
         if len(st.journal) > 1:
             self.stats["replays"] += 1
@@ -319,7 +347,8 @@ class Runtime:
         run = Run(self, st.shard, wdef, machine, st.journal, st.lsns)
         st.run = run
         st.packed = None
-        st.code = self.code_of(wdef.name)
+        st.version = wdef.version
+        st.code = self.code_of(wdef.name, wdef.version)
         self.loaded_runs += 1
         self.stats["runs_started"] += 1
         run.start()

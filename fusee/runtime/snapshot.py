@@ -36,3 +36,5 @@ class CheckpointEntry(msgspec.Struct, array_like=True, gc=False):
     #: Fingerprint of the workflow code that last replayed the run (0: unknown):
     #: a parked run whose code changed since is checked at open.
     code: int = 0
+    #: The workflow version the run started with.
+    version: int = 1

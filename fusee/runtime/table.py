@@ -47,6 +47,8 @@ class WorkflowState(msgspec.Struct, gc=False):
     wake_ms: int = 0
     #: Fingerprint of the code that last replayed the run (see ``fusee.runtime.verify``).
     code: int = 0
+    #: The workflow version the current run started with (its code replays on that version).
+    version: int = 1
 
     @property
     def running(self) -> bool:

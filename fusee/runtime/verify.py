@@ -66,7 +66,7 @@ async def check_parked(rt: Runtime, stale: list[WorkflowState]) -> None:
             return
         if st.packed is None or st.status is not None or st.id in rt.stuck:
             continue  # woken, ended or stuck meanwhile: checked the ordinary way
-        wdef = rt.workflows.get(st.wtype)
+        wdef = rt.definition(st.wtype, st.version)
         if wdef is None:
             continue
         journal, lsns = rt.journal_of(st)
@@ -79,7 +79,7 @@ async def check_parked(rt: Runtime, stale: list[WorkflowState]) -> None:
             if run.stuck is not None:
                 rt.mark_stuck(st.id, run.stuck)
             else:
-                st.code = rt.code_of(st.wtype)
+                st.code = rt.code_of(st.wtype, st.version)
             run.kill()
         checked += 1
         if checked % BATCH == 0:
