@@ -702,6 +702,59 @@ class Engine:
             await self._durable(st.shard, lsn)
         return await self.update(wid, update, arg, update_id=uid)
 
+    async def reset(
+        self,
+        workflow_id: str,
+        *,
+        before_step: str | None = None,
+        before_position: int | None = None,
+        reapply_signals: bool = True,
+        version: int | None = None,
+        by: str | None = None,
+    ) -> RunHandle:
+        """Ends the current run and starts a new run of the same ID from its journal before a cut.
+
+        The cut is the first step named ``before_step`` (journaled or running)
+        or the operation at ``before_position``: the new run replays what came
+        before it and runs live from there (with new step keys). Signals that
+        arrived after the cut are delivered again when ``reapply_signals``;
+        updates after it are not. ``version`` moves the run to another
+        registered version of its workflow. Children started before the cut
+        stay with the new run. Returns once the new run is durable.
+        """
+        return await self._reset(workflow_id, None, before_step, before_position, reapply_signals, version, by)
+
+    async def fork(
+        self,
+        workflow_id: str,
+        new_id: str,
+        *,
+        before_step: str | None = None,
+        before_position: int | None = None,
+        reapply_signals: bool = True,
+        version: int | None = None,
+        by: str | None = None,
+    ) -> RunHandle:
+        """Starts ``new_id`` from ``workflow_id``'s journal before a cut (as :meth:`reset`),
+        leaving ``workflow_id`` alone. Children of the original are not shared: a child
+        the fork still waits for fails there as in use by another workflow."""
+        return await self._reset(
+            workflow_id, self._check_id(new_id), before_step, before_position, reapply_signals, version, by
+        )
+
+    async def _reset(
+        self, workflow_id: str, new_id: str | None, before_step: str | None, before_position: int | None,
+        reapply_signals: bool, version: int | None, by: str | None,
+    ) -> RunHandle:
+        self._check_open()
+        wid = self._check_id(workflow_id)
+        st, lsn = self._rt.reset(
+            wid, new_id, before_step=before_step, before_position=before_position,
+            reapply_signals=bool(reapply_signals), version=version, by=_by(by),
+        )
+        await self._durable(st.shard, lsn)
+        return RunHandle(self, st.id, st.run_id)
+
     async def cancel(self, workflow_id: str, reason: str = "", *, by: str | None = None) -> None:
         """Requests cancellation; returns once the request is durable.
 

@@ -14,6 +14,8 @@ import logging
 from collections.abc import Callable, Iterable
 from typing import Any
 
+import msgspec
+
 from fusee import codec, sabotage
 from fusee.core import journal as jm
 from fusee.core import records as rec
@@ -29,6 +31,7 @@ from fusee.errors import (
 )
 from fusee.retry import Retry
 from fusee.runtime import parking, recovery
+from fusee.runtime import reset as reset_journal
 from fusee.runtime.env import Env
 from fusee.runtime.outcomes import workflow_error
 from fusee.runtime.run import Run, StepCall
@@ -498,6 +501,9 @@ class Runtime:
                 # The parent ended while the start was on its way: the policy applies now.
                 self._apply_close_policy(parent)
             return
+        if st.parent is not None and st.parent != ref and st.parent.id == ref.id and st.parent.seq == ref.seq \
+                and self._reset_from(ref, st.parent.run):
+            st.parent = ref  # the parent was reset (or continued) past this child's start: it adopts it
         if st.parent != ref:
             err = codec.encode_error(
                 AlreadyExists(f"child workflow id '{child.id}' is in use by another workflow")
@@ -506,6 +512,11 @@ class Runtime:
             return
         if st.final and st.status is not None and not detached:
             self._child_finished(ref, st.status, st.payload)
+
+    def _reset_from(self, ref: rec.ParentRef, old_run: int) -> bool:
+        """Whether the parent run ``ref`` names replaced run ``old_run`` of the same workflow."""
+        parent = self.wf.get(ref.id)
+        return parent is not None and parent.run_id == ref.run and old_run != ref.run
 
     def _child_finished(self, ref: rec.ParentRef, status: rec.Status | None, payload: bytes) -> None:
         st = self.wf.get(ref.id)
@@ -598,6 +609,66 @@ class Runtime:
         st.status, st.payload, st.done_lsn = done.status, done.payload, lsn
         self.spawn(self._after_done(st, st.run_id, lsn))
         return lsn
+
+    def reset(
+        self,
+        wid: str,
+        new_id: str | None,
+        *,
+        before_step: str | None,
+        before_position: int | None,
+        reapply_signals: bool,
+        version: int | None,
+        by: bytes | None,
+    ) -> tuple[WorkflowState, int]:
+        """A new run from the journal prefix before the cut: of ``wid`` itself (reset, which
+        ends the current run) or of ``new_id`` (fork, which leaves ``wid`` alone).
+
+        Returns the new run's state and the LSN to await before acknowledging.
+        """
+        st = self.current(wid)
+        journal, _ = self.journal_of(st)
+        journal = list(journal)
+        start = journal[0]
+        assert isinstance(start, rec.Start)
+        live = {s: op.name for s, op in st.run.ops.items() if op.kind == 0} if st.run is not None else {}
+        cut = reset_journal.find_cut(journal, before_step, before_position, live)
+        prefix, later = reset_journal.split(journal, cut)
+        wdef = self.definition(st.wtype, version if version is not None else start.version)
+        if wdef is None:
+            raise self.unregistered(st.wtype, version if version is not None else start.version)
+        if new_id is None:
+            target = st
+            if st.running:
+                self.end_run(wid, rec.Status.TERMINATED, f"reset to position {cut}", by)
+        else:
+            if new_id in self.wf:
+                raise AlreadyExists(f"workflow '{new_id}' exists already: fork into a new ID")
+            target = self.wf[new_id] = WorkflowState(new_id, shard_of(new_id, self.shards))
+            target.parent = None
+        rid = self.new_run_id()
+        new_start = msgspec.structs.replace(
+            start, run=rid, id=target.id, wtype=wdef.name, version=wdef.version,
+            started_ms=self.env.now_ms(), parent=target.parent,
+        )
+        records: list[rec.Record] = [new_start, *reset_journal.renumber(prefix[1:], rid)]
+        if reapply_signals:
+            records += [msgspec.structs.replace(s, run=rid) for s in later]
+        if target.run_id:
+            self.by_run.pop(target.run_id, None)
+        target.wtype, target.run_id, target.version = wdef.name, rid, wdef.version
+        target.status, target.payload, target.final = None, b"", False
+        target.journal, target.lsns, target.packed = [], [], None
+        self.by_run[rid] = target
+        lsn = 0
+        for r in records:
+            lsn = self.append(target.shard, r)
+            target.journal.append(r)
+            target.lsns.append(lsn)
+        log.info("workflow %r: new run %d from %d records of %r (cut at position %d)",
+                 target.id, rid, len(records), wid, cut)
+        self._load_run(target)
+        return target, lsn
 
     def resume(self, wid: str, by: bytes | None) -> int:
         run = self.running_run(wid)
