@@ -183,7 +183,7 @@ class Engine:
         inline_sync_steps: bool = False,
         step_threads: int = DEFAULT_STEP_THREADS,
         truncate_corrupt: bool = False,
-        segment_bytes: int = 64 << 20,
+        segment_bytes: int | None = None,
         blob_threshold: int = 256 << 10,
         checkpoint_every: int = 200_000,
         checkpoint_interval: float | None = None,
@@ -247,7 +247,7 @@ class Engine:
         inline_sync_steps: bool,
         step_threads: int,
         truncate_corrupt: bool,
-        segment_bytes: int,
+        segment_bytes: int | None,
         blob_threshold: int,
         checkpoint_every: int,
         checkpoint_interval: float | None,
@@ -291,12 +291,15 @@ class Engine:
                 storage = PosixStorage()
             env = RealEnv(storage, inline_sync_steps=inline_sync_steps, step_threads=step_threads)
         dir_path = MEMORY_PATH if path is None else os.fspath(path)
+        # Segments are preallocated: 64 MiB on a disk, 1 MiB in memory (an engine
+        # for tests opens in a millisecond instead of zeroing 64 MiB).
+        seg_bytes = segment_bytes if segment_bytes is not None else (1 << 20 if path is None else 64 << 20)
         def open_log() -> tuple[SharedLog, Any]:
             return SharedLog.open(
                 env.storage,
                 dir_path,
                 shards if shards is not None else _existing_shards(env.storage, dir_path),
-                segment_bytes=segment_bytes,
+                segment_bytes=seg_bytes,
                 blob_threshold=blob_threshold,
                 truncate_corrupt=truncate_corrupt,
                 rng=env.rng,
