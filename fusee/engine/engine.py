@@ -270,34 +270,32 @@ class Engine:
         self._log = log
         self._closed = False
         self._read_only = read_only
+        self._committer = GroupCommitter(
+            log,
+            run_blocking=env.run_blocking,
+            inline=env.inline_flush,
+            on_durable=lambda durable: self._rt.on_durable(durable),
+        )
+        self._rt = Runtime(
+            env,
+            self._committer,
+            log.shards,
+            registry,
+            retry or Retry(),
+            park_after=park_after,
+            max_loaded=max_loaded,
+            retention=retention,
+            checkpoint_every=checkpoint_every,
+        )
         try:
-            self._committer = GroupCommitter(
-                log,
-                run_blocking=env.run_blocking,
-                inline=env.inline_flush,
-                on_durable=lambda durable: self._rt.on_durable(durable),
-            )
-            self._rt = Runtime(
-                env,
-                self._committer,
-                log.shards,
-                registry,
-                retry or Retry(),
-                park_after=park_after,
-                max_loaded=max_loaded,
-                retention=retention,
-                checkpoint_every=checkpoint_every,
-            )
             self._load(recovery, f"{log.dir.path}/checkpoint")
             self.recovered_records = len(recovery.records)
             if not read_only:
                 self._rt.resume_all()
         except BaseException:
             # A failed open leaves nothing held: the directory can be opened again in-process.
-            rt = getattr(self, "_rt", None)
-            if rt is not None:
-                rt.closed = True
-                rt.timers.close()
+            self._rt.closed = True
+            self._rt.timers.close()
             log.close()
             if own_env and isinstance(env, RealEnv):
                 env.close()
