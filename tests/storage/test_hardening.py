@@ -375,3 +375,28 @@ def test_a_foreign_segment_is_named_as_the_one_that_does_not_continue_the_log(wr
     with pytest.raises(LogCorrupted, match="does not continue the log") as info:
         open_log(disk, "/e")
     assert info.value.path == stray
+
+
+def test_recovery_reads_what_the_disk_holds_after_a_failed_sync_of_an_earlier_life() -> None:
+    """After a failed fdatasync the cache may show a batch the disk never got (the pages are marked
+    clean): recovery must read the disk, or it builds on a batch a later power cut takes away."""
+    for seed in range(12):
+        disk = SimDisk(random.Random(seed))
+        log, _ = open_log(disk, "/e")
+        acked: list[tuple[int, int, bytes]] = []
+        add(log, acked, "a", 2)
+        log.append(0, b"never acknowledged" * 20)
+        disk.fail_next_fdatasync()
+        with pytest.raises(LogFailed):
+            log.flush()
+        disk.crash_process()  # the supervisor restarts the process; the machine stays up
+        log.close()
+        log, records = open_log(disk, "/e")
+        assert records[:len(acked)] == acked and len(records) <= len(acked) + 1
+        acked = records  # the failed batch counts only if the disk really holds it
+        add(log, acked, "b", 2)
+        log.close()
+        disk.power_loss()
+        log, records = open_log(disk, "/e")
+        assert records == acked, f"seed {seed}"
+        log.close()
