@@ -644,6 +644,7 @@ class Engine:
             return
         self._closed = True
         rt = self._rt
+        self._fail_waiters(None)  # before the runs stop: callers hear "closed", not "ended"
         rt.park_all()
         rt.closed = True
         rt.timers.close()
@@ -654,7 +655,6 @@ class Engine:
             t.cancel()
         if rt._tasks:
             await asyncio.gather(*rt._tasks, return_exceptions=True)
-        self._fail_waiters(None)
         failed: FuseeError | None = None
         try:
             if self._log.failed is None and not self._read_only:
