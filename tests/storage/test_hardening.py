@@ -400,3 +400,19 @@ def test_recovery_reads_what_the_disk_holds_after_a_failed_sync_of_an_earlier_li
         log, records = open_log(disk, "/e")
         assert records == acked, f"seed {seed}"
         log.close()
+
+
+def test_an_open_time_io_error_does_not_speak_of_failed_syncs(tmp_path: Path) -> None:
+    from fusee.storage.posix import PosixStorage
+
+    storage, path = PosixStorage(), str(tmp_path / "e")
+    log, _ = open_log(storage, path)
+    log.close()
+    import shutil
+
+    shutil.rmtree(f"{path}/log")
+    Path(path, "log").write_bytes(b"a file where the log directory should be")
+    with pytest.raises(LogFailed) as info:
+        open_log(storage, path)
+    text = str(info.value)
+    assert "opening" in text and "sync" not in text and "lock is released" in text
