@@ -317,24 +317,24 @@ class Engine:
         self._log = log
         self._closed = False
         self._read_only = read_only
+        self._committer = GroupCommitter(
+            log,
+            run_blocking=env.run_io,
+            inline=env.inline_flush,
+            on_durable=lambda durable: self._rt.on_durable(durable),
+        )
+        self._rt = Runtime(
+            env,
+            self._committer,
+            log.shards,
+            list(registry.values()),
+            retry or Retry(),
+            park_after=park_after,
+            max_loaded=max_loaded,
+            retention=retention,
+            checkpoint_every=checkpoint_every,
+        )
         try:
-            self._committer = GroupCommitter(
-                log,
-                run_blocking=env.run_io,
-                inline=env.inline_flush,
-                on_durable=lambda durable: self._rt.on_durable(durable),
-            )
-            self._rt = Runtime(
-                env,
-                self._committer,
-                log.shards,
-                list(registry.values()),
-                retry or Retry(),
-                park_after=park_after,
-                max_loaded=max_loaded,
-                retention=retention,
-                checkpoint_every=checkpoint_every,
-            )
             self._load(recovery, f"{log.dir.path}/checkpoint")
             self.recovered_records = len(recovery.records)
             if not read_only:
@@ -342,10 +342,8 @@ class Engine:
                 self._rt.check_parked_code()
         except BaseException:
             # A failed open leaves nothing held: the directory can be opened again in-process.
-            rt = getattr(self, "_rt", None)
-            if rt is not None:
-                rt.closed = True
-                rt.timers.close()
+            self._rt.closed = True
+            self._rt.timers.close()
             log.close()
             if own_env and isinstance(env, RealEnv):
                 env.close()
@@ -948,6 +946,7 @@ class Engine:
             except TimeoutError:
                 logger.warning("close: %d step function(s) still running after the %ss grace; "
                             "they run again at the next open", rt.steps.executing, grace_s)
+        self._fail_waiters(None)  # before the runs stop: callers hear "closed", not "ended"
         rt.park_all()
         rt.closed = True
         rt.timers.close()
@@ -958,7 +957,6 @@ class Engine:
             t.cancel()
         if rt._tasks:
             await asyncio.gather(*rt._tasks, return_exceptions=True)
-        self._fail_waiters(None)
         failed: FuseeError | None = None
         try:
             if self._log.failed is None and not self._read_only:

@@ -25,7 +25,7 @@ import random
 import re
 import struct
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from fusee import sabotage
 from fusee.errors import TRUNCATE_ADVICE, DiskFull, LogCorrupted, LogFailed, StorageError
@@ -44,6 +44,8 @@ _SEG_NAME = re.compile(r"[0-9]{12}\.seg")
 NEWEST = "newest"
 _NEWEST = struct.Struct("<8sQI")
 _NEWEST_MAGIC = b"FUSENEWS"
+#: How much of a segment recovery reads at once past the batches (a multiple of every align).
+_CHUNK = 1 << 20
 #: Advice where truncating cannot help.
 RESTORE_ADVICE = ("truncate_corrupt=True cannot repair this. Restore the named file (or the whole "
                   "directory) from a backup.")
@@ -694,7 +696,7 @@ class _Scan:
             self.s.close(fh)
 
     def run(self, numbers: list[int], start: int, has_ckpt: bool) -> None:
-        log, s = self.log, self.s
+        log = self.log
         log._highest_seen = max(numbers, default=max(start - 1, 0))
         if self.newest is not None:
             log._highest_seen = max(log._highest_seen, self.newest)
@@ -723,9 +725,7 @@ class _Scan:
             if h is None:
                 # A bad header is a dead tail (its creation never became durable) only
                 # if no batch is in the file and the next valid segment skips it.
-                raw = read_whole(s, paths[n])
-                holds_batches = fmt.BATCH_MAGIC_BYTES in raw[512:]
-                del raw
+                holds_batches = self._holds_magic(paths[n])
                 if (holds_batches or (later is not None and later.prev_segment >= n)
                         or (newest is not None and n == newest)):
                     self.corrupt(paths[n], 0, "the segment header is damaged")
@@ -762,9 +762,7 @@ class _Scan:
             first = False
             bound = later.prev_end if later is not None and later.prev_segment == n else None
             self.rec.segments += 1
-            data = read_whole(s, paths[n])
-            ok = self._scan_segment(paths[n], data, h, bound, confirmed)
-            del data
+            ok = self._scan_segment(paths[n], h, bound, confirmed)
             if not ok:
                 return self._cut(numbers[i + 1:])
             noted_batches = noted_batches or (h.size > 0 and self.chain_end[1] > h.align)
@@ -821,41 +819,75 @@ class _Scan:
         assert self.rec.truncated_at is not None
         self.log._dead.extend(gone)
 
-    def _scan_segment(self, path: str, data: bytes, h: SegmentHeader, bound: int | None,
-                      confirmed: bool) -> bool:
-        """Accepts the segment's batches; False if it was cut at damage (truncate_corrupt)."""
-        if confirmed and h.size and len(data) < h.size:
+    def _chunks(self, fh: FileHandle, start: int, size: int) -> Iterator[tuple[int, bytes]]:
+        """(offset, bytes) of ``[start, size)`` in pieces of _CHUNK: a segment is never held whole."""
+        pos = start
+        while pos < size:
+            data = self.s.pread(fh, min(_CHUNK, size - pos), pos)
+            if not data:
+                return
+            yield pos, data
+            pos += len(data)
+
+    def _holds_magic(self, path: str) -> bool:
+        """Whether a batch magic appears anywhere past the first 512 bytes (a header-damaged segment)."""
+        fh = self.s.open(path)
+        try:
+            tail = b""
+            for _, data in self._chunks(fh, 512, self.s.size(fh)):
+                if fmt.BATCH_MAGIC_BYTES in tail + data[:3] or fmt.BATCH_MAGIC_BYTES in data:
+                    return True
+                tail = data[-3:]
+            return False
+        finally:
+            self.s.close(fh)
+
+    def _scan_segment(self, path: str, h: SegmentHeader, bound: int | None, confirmed: bool) -> bool:
+        """Accepts the segment's batches, reading one batch at a time; False if it was cut at damage."""
+        s = self.s
+        fh = s.open(path)
+        try:
+            return self._scan_open_segment(fh, path, h, bound, confirmed)
+        finally:
+            s.close(fh)
+
+    def _scan_open_segment(self, fh: FileHandle, path: str, h: SegmentHeader, bound: int | None,
+                           confirmed: bool) -> bool:
+        s = self.s
+        size = s.size(fh)
+        if confirmed and h.size and size < h.size:
             # Preallocated and synced before any batch: only an outside hand makes it shorter.
-            self.corrupt(path, len(data), f"the segment is {len(data)} bytes long but was created "
+            self.corrupt(path, size, f"the segment is {size} bytes long but was created "
                          f"with {h.size}: it was cut")
-            self._truncate_file(path, len(data), h.size)  # truncate_corrupt: accept the cut
+            self._truncate_file(path, size, h.size)  # truncate_corrupt: accept the cut
         off = h.align
         seq = h.base_seq
         prev = h.chain_start()
-        view = memoryview(data)
-        limit = len(data) if bound is None else min(bound, len(data))
+        limit = size if bound is None else min(bound, size)
         torn = False
         reason = "the segment ends before its recorded end"
         self.seg_blobs = []
         while off < limit:
-            bh = BatchHeader.decode(view, off)
+            head = s.pread(fh, fmt.BATCH_HEADER.size, off)
+            bh = BatchHeader.decode(head, 0)
             if bh is None:
-                torn = any(view[off:off + fmt.BATCH_HEADER.size])
+                torn = any(head)
                 reason = "no batch header where one should be"
                 break
             end = off + bh.length
-            good = (end <= len(data) and bh.life == h.life and bh.seq == seq and bh.prev_crc == prev
-                    and fmt.batch_crc(view[off:end], h.salt) == bh.crc)
+            batch = s.pread(fh, bh.length, off) if end <= size else b""
+            good = (end <= size and bh.life == h.life and bh.seq == seq and bh.prev_crc == prev
+                    and fmt.batch_crc(batch, h.salt) == bh.crc)
             if not good:
                 torn = True
                 reason = "a batch fails its length, checksum, sequence, chain or life check"
-                if (bound is None and sabotage.active.accept_torn_batch and end <= len(data)
-                        and bh.life == h.life and self._accept(path, off, view[off:end], bh)):
+                if (bound is None and sabotage.active.accept_torn_batch and end <= size
+                        and bh.life == h.life and self._accept(path, off, memoryview(batch), bh)):
                     off += fmt.align_up(bh.length, h.align)
                     seq += 1
                     prev = bh.crc
                 break
-            if not self._accept(path, off, view[off:end], bh):
+            if not self._accept(path, off, memoryview(batch), bh):
                 reason = "a batch with a valid checksum does not parse"
                 torn = True
                 break
@@ -867,10 +899,9 @@ class _Scan:
         self.log._segments.append(_Segment(h.segment, path, list(self.last), self.seg_blobs))
         why: str | None = reason if bound is not None and off != bound else None
         if bound is None:
-            why = self._after_tail(view, off, h, seq, prev)
-        damaged = why is not None
-        if damaged:
-            self.corrupt(path, off, why or reason)
+            why = self._after_tail(fh, size, off, h, seq, prev)
+        if why is not None:
+            self.corrupt(path, off, why)
             self._truncate_file(path, off, h.size)
             self.rec.tail = (path, off)
             return False
@@ -878,37 +909,36 @@ class _Scan:
         self.rec.tail = (path, off)
         return True
 
-    def _after_tail(self, view: memoryview, off: int, h: SegmentHeader, seq: int, prev: int) -> str | None:
+    def _after_tail(self, fh: FileHandle, size: int, off: int, h: SegmentHeader, seq: int,
+                    prev: int) -> str | None:
         """Why what follows the last valid batch cannot be one torn write (None: it can).
 
         Only one batch is ever in flight and the segment was preallocated with
         zeros, so a crash leaves at most one damaged slot at the end, and
         zeros after it.
         """
-        data = view.obj
-        assert isinstance(data, bytes)
-        if off >= len(data):
+        if off >= size:
             return None
         # A later batch header of this life (intact or not) proves the damaged slot
         # was not the last write, whatever the slot's own header says.
         life = struct.pack("<Q", h.life)
-        pos = off + 1
-        while True:
-            pos = data.find(fmt.BATCH_MAGIC_BYTES, pos)
-            if pos < 0:
-                break
-            if pos % h.align == 0:
-                later = BatchHeader.decode(view, pos)
-                if later is not None and data[pos + 32:pos + 40] == life and later.seq >= seq:
-                    return "a damaged batch is followed by a later batch of the same writer"
-            pos += 1
-        bh = BatchHeader.decode(view, off)
+        magic = fmt.BATCH_MAGIC_BYTES
+        for _, data in self._chunks(fh, off + h.align, size):  # chunks start on slot boundaries
+            pos = data.find(magic)
+            while pos >= 0:
+                if pos % h.align == 0:
+                    later = BatchHeader.decode(data, pos)
+                    if later is not None and data[pos + 32:pos + 40] == life and later.seq >= seq:
+                        return "a damaged batch is followed by a later batch of the same writer"
+                pos = data.find(magic, pos + 1)
+        bh = BatchHeader.decode(self.s.pread(fh, fmt.BATCH_HEADER.size, off), 0)
         if bh is not None and bh.life == h.life and bh.seq == seq and bh.prev_crc == prev:
             # The slot's header survived (its fields after the length match), so its
             # length is true: nothing of the torn write lies past it.
             end = off + fmt.align_up(bh.length, h.align)
-            if end < len(data) and data.count(0, end) != len(data) - end:
-                return "bytes follow a damaged batch: it was not the last write"
+            for _, data in self._chunks(fh, end, size):
+                if data.count(0) != len(data):
+                    return "bytes follow a damaged batch: it was not the last write"
         return None
 
     def _accept(self, path: str, off: int, batch: memoryview, bh: BatchHeader) -> bool:

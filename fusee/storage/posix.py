@@ -26,7 +26,13 @@ class PosixStorage:
         flags = os.O_RDWR | os.O_CLOEXEC | (os.O_CREAT if create else 0)
         if exclusive:
             flags |= os.O_CREAT | os.O_EXCL
-        return os.open(path, flags, 0o644)
+        try:
+            return os.open(path, flags, 0o644)
+        except OSError as e:
+            # Read-only inspection of a directory we may not write (or a read-only mount).
+            if create or exclusive or e.errno not in (errno.EACCES, errno.EROFS):
+                raise
+            return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
 
     def close(self, fh: FileHandle) -> None:
         os.close(fh)

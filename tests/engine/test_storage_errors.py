@@ -112,6 +112,28 @@ async def test_update_waiters_get_engine_closed_when_the_log_fails() -> None:
 
 
 @sync
+async def test_update_waiters_get_engine_closed_at_close() -> None:
+    gate = asyncio.Event()
+
+    @fusee.workflow("slow_adder")
+    async def slow_adder(ctx: fusee.Ctx) -> int:
+        async def handle(n: int) -> int:
+            return await ctx.step("s", gate.wait)  # type: ignore[no-any-return]
+
+        ctx.on_update(add, handle)
+        await ctx.sleep("long", "1h")
+        return 0
+
+    engine = await fusee.Engine.open(workflows=[slow_adder])
+    await engine.start(slow_adder, "a1")
+    pending = asyncio.ensure_future(engine.update("a1", add, 3))
+    await until(lambda: bool(engine._rt.wf["a1"].run and engine._rt.wf["a1"].run.update_inflight))
+    await engine.close()
+    with pytest.raises(EngineClosed, match="closed"):
+        await asyncio.wait_for(pending, 5)
+
+
+@sync
 async def test_close_reports_a_failed_checkpoint() -> None:
     engine = await fusee.Engine.open(workflows=[waits])
     await engine.start(waits, "w1")

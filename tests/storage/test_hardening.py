@@ -375,3 +375,65 @@ def test_a_foreign_segment_is_named_as_the_one_that_does_not_continue_the_log(wr
     with pytest.raises(LogCorrupted, match="does not continue the log") as info:
         open_log(disk, "/e")
     assert info.value.path == stray
+
+
+def test_recovery_reads_what_the_disk_holds_after_a_failed_sync_of_an_earlier_life() -> None:
+    """After a failed fdatasync the cache may show a batch the disk never got (the pages are marked
+    clean): recovery must read the disk, or it builds on a batch a later power cut takes away."""
+    for seed in range(12):
+        disk = SimDisk(random.Random(seed))
+        log, _ = open_log(disk, "/e")
+        acked: list[tuple[int, int, bytes]] = []
+        add(log, acked, "a", 2)
+        log.append(0, b"never acknowledged" * 20)
+        disk.fail_next_fdatasync()
+        with pytest.raises(LogFailed):
+            log.flush()
+        disk.crash_process()  # the supervisor restarts the process; the machine stays up
+        log.close()
+        log, records = open_log(disk, "/e")
+        assert records[:len(acked)] == acked and len(records) <= len(acked) + 1
+        acked = records  # the failed batch counts only if the disk really holds it
+        add(log, acked, "b", 2)
+        log.close()
+        disk.power_loss()
+        log, records = open_log(disk, "/e")
+        assert records == acked, f"seed {seed}"
+        log.close()
+
+
+def test_an_open_time_io_error_does_not_speak_of_failed_syncs(tmp_path: Path) -> None:
+    from fusee.storage.posix import PosixStorage
+
+    storage, path = PosixStorage(), str(tmp_path / "e")
+    log, _ = open_log(storage, path)
+    log.close()
+    import shutil
+
+    shutil.rmtree(f"{path}/log")
+    Path(path, "log").write_bytes(b"a file where the log directory should be")
+    with pytest.raises(LogFailed) as info:
+        open_log(storage, path)
+    text = str(info.value)
+    assert "opening" in text and "sync" not in text and "lock is released" in text
+
+
+def test_recovery_never_holds_a_whole_preallocated_segment() -> None:
+    """A 16 MiB segment holding a few KiB of batches costs recovery about one batch, not 16 MiB."""
+    import tracemalloc
+
+    seg = 16 << 20
+    disk = SimDisk(random.Random(2))
+    log, _ = open_log(disk, "/e", segment_bytes=seg)
+    acked: list[tuple[int, int, bytes]] = []
+    add(log, acked, "a", 6)
+    log.close()
+    tracemalloc.start()
+    try:  # read-only: the simulated disk's own memory for a new segment stays out of the count
+        log, records = open_log(disk, "/e", segment_bytes=seg, read_only=True)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert records == acked
+    assert peak < 4 << 20, peak  # chunks of 1 MiB past the batches (the simulated read copies twice)
+    log.close()
