@@ -26,6 +26,7 @@ from fusee.errors import (
     CompletionFailed,
     DeterminismError,
     FuseeError,
+    InvalidWorkflowId,
     NondeterministicCall,
     QueryFailed,
     SerializationError,
@@ -715,6 +716,12 @@ class Run:
             raise TypeError(f"child workflow must be a @fusee.workflow, got {workflow!r}")
         if not isinstance(workflow_id, str) or not workflow_id:
             raise TypeError(f"a workflow id must be a non-empty string, got {workflow_id!r}")
+        try:
+            workflow_id.encode("utf-8")
+        except UnicodeEncodeError:
+            raise InvalidWorkflowId(
+                f"child workflow id {workflow_id!r} is not valid Unicode text (a lone surrogate)"
+            ) from None
         policy = _CLOSE_POLICIES.get(close_policy)
         if policy is None:
             raise ValueError(

@@ -25,6 +25,7 @@ from fusee.errors import (
     DeterminismError,
     FuseeError,
     NotFound,
+    StorageError,
     UnknownWorkflow,
     UpdateFailed,
     WorkflowEnded,
@@ -173,8 +174,17 @@ class Runtime:
         """A background task of the engine, kept referenced until it ends."""
         t = self.loop.create_task(coro)
         self._tasks.add(t)
-        t.add_done_callback(self._tasks.discard)
+        t.add_done_callback(self._task_done)
         return t
+
+    def _task_done(self, t: asyncio.Task[Any]) -> None:
+        self._tasks.discard(t)
+        if t.cancelled():
+            return
+        exc = t.exception()
+        # A failed log ends background work: the failure reaches callers on their own paths.
+        if exc is not None and not isinstance(exc, StorageError):
+            log.error("an engine task failed: %s: %s", type(exc).__name__, exc, exc_info=exc)
 
     def next_token(self) -> int:
         self._token += 1
