@@ -28,6 +28,7 @@ from fusee.errors import (
     EngineClosed,
     FuseeError,
     NotFound,
+    NotInAStep,
     QueryFailed,
     SerializationError,
     StepFailed,
@@ -42,6 +43,7 @@ from fusee.errors import (
 )
 from fusee.retry import Retry
 from fusee.runtime.context import ChildHandle, Ctx, StepInfo
+from fusee.step import step, step_info
 
 __version__ = "0.1.0"
 
@@ -62,6 +64,7 @@ __all__ = [
     "EngineClosed",
     "FuseeError",
     "NotFound",
+    "NotInAStep",
     "QueryDef",
     "QueryFailed",
     "Retry",
@@ -83,6 +86,8 @@ __all__ = [
     "WrongEventLoop",
     "query",
     "signal",
+    "step",
+    "step_info",
     "update",
     "workflow",
 ]

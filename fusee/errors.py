@@ -199,6 +199,10 @@ class StepTimeout(FuseeError, TimeoutError):
     """
 
 
+class NotInAStep(FuseeError, RuntimeError):
+    """``fusee.step_info()`` was called outside a step function."""
+
+
 class CompletionFailed(FuseeError):
     """The outside world reported that an async completion failed
     (``engine.fail_completion(token, message)``); raised where the workflow awaits it."""

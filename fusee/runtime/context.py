@@ -7,7 +7,9 @@ awaited), so concurrent branches get the same positions on every replay.
 
 from __future__ import annotations
 
+import contextvars
 import datetime
+import functools
 import inspect
 import uuid
 from collections.abc import Awaitable, Callable
@@ -108,6 +110,13 @@ class StepInfo:
         return f"StepInfo(name={self.name!r}, key={self.key!r}, attempt={self.attempt})"
 
 
+#: The step whose function runs in this context (read by ``fusee.step_info()``):
+#: a maker of its StepInfo, so steps that never ask pay nothing to build one.
+CURRENT_STEP: contextvars.ContextVar[Callable[[], StepInfo] | None] = contextvars.ContextVar(
+    "fusee_current_step", default=None
+)
+
+
 class ChildHandle:
     """A child workflow started with :meth:`Ctx.start_child` (the parent does not wait for it)."""
 
@@ -139,6 +148,39 @@ def takes_step_info(fn: Callable[..., Any]) -> bool:
             return True
         return p.default is p.empty
     return False
+
+
+def bind_step_args(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Callable[..., Any]:
+    """``fn`` with ``args`` and ``kwargs`` bound, taking a StepInfo first if ``fn`` wants one.
+
+    ``fn`` wants one when its first parameter is annotated ``StepInfo``, or
+    when it has one more required positional parameter than ``args`` fill.
+    """
+    wants = False
+    try:
+        params = [
+            p for p in inspect.signature(fn).parameters.values()
+            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.name not in kwargs
+        ]
+    except (TypeError, ValueError):
+        params = []
+    if params:
+        ann = params[0].annotation
+        required = [p for p in params if p.default is p.empty]
+        wants = ann is StepInfo or (isinstance(ann, str) and ann.rsplit(".", 1)[-1] == "StepInfo") \
+            or len(required) == len(args) + 1
+    if not wants:
+        return functools.partial(fn, *args, **kwargs)
+    if inspect.iscoroutinefunction(fn):
+        async def with_info_async(info: StepInfo) -> Any:
+            return await fn(info, *args, **kwargs)
+
+        return with_info_async
+
+    def with_info(info: StepInfo) -> Any:
+        return fn(info, *args, **kwargs)
+
+    return with_info
 
 
 def takes_argument(fn: Callable[..., Any]) -> bool:
@@ -184,14 +226,19 @@ class Ctx:
         self,
         name: str,
         fn: Callable[..., Any],
-        *,
+        *args: Any,
         retry: Retry | None = None,
         timeout: Duration | None = None,
         read_only: bool = False,
         result_type: Any = None,
         heartbeat_timeout: Duration | None = None,
+        **kwargs: Any,
     ) -> Awaitable[Any]:
         """Runs ``fn`` at most once to success and journals its result.
+
+        ``args`` and ``kwargs`` (other than the options below) are passed to
+        ``fn``, after its :class:`StepInfo` when it takes one:
+        ``ctx.step("fetch", fetch, url)`` needs no closure over ``url``.
 
         ``fn`` is sync or async and takes no argument or a :class:`StepInfo`.
         It runs only once everything this run journaled before it is durable
@@ -207,6 +254,12 @@ class Ctx:
         cancelled then; a synchronous one runs to its end first (its result is
         discarded), so two attempts never overlap.
         """
+        if args or kwargs:
+            if result_type is None:
+                from fusee.runtime.run import describe_fn
+
+                result_type = describe_fn(fn)[2]
+            fn = bind_step_args(fn, args, kwargs)
         return self._run.op_step(name, fn, retry, timeout, read_only, result_type, heartbeat_timeout)
 
     def await_completion(

@@ -164,7 +164,7 @@ class Run:
         self.run_id: int = info.run
         self.journal = journal
         self.lsns = lsns
-        self.loop = WorkflowLoop(f"{info.id}/{info.run}")
+        self.loop = WorkflowLoop(f"{info.id}/{info.run}", self)
         self.ctx = Ctx(self)
         self.ops: dict[int, Op] = {}
         self.task: asyncio.Task[Any] | None = None
@@ -515,6 +515,7 @@ class Run:
 
     def _dispose(self) -> None:
         self.loop.close()
+        self.loop.owner = None
         # Break the cycles between the run, its ctx and its operations.
         self.ops.clear()
         self.steps.clear()

@@ -17,6 +17,7 @@ waited for before the next attempt).
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import inspect
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -25,7 +26,7 @@ from fusee import codec, sabotage
 from fusee.core import journal as jm
 from fusee.core import records as rec
 from fusee.errors import SerializationError, StepTimeout
-from fusee.runtime.context import StepInfo
+from fusee.runtime.context import CURRENT_STEP, StepInfo
 from fusee.runtime.run import Run, StepCall
 from fusee.runtime.tokens import make_token
 
@@ -196,6 +197,7 @@ class StepRunner:
             return
         args = self._step_args(run, seq, call, call.attempt)
         self._begin(run, seq, None)
+        entered = CURRENT_STEP.set(self._info_maker(run, seq, call, call.attempt))
         try:
             if call.is_async:
                 coro = call.fn(*args)
@@ -218,7 +220,12 @@ class StepRunner:
         except Exception as e:
             self.rt.spawn(self._step(run, seq, call, e))
             return
+        finally:
+            CURRENT_STEP.reset(entered)
         self._step_result(run, seq, value)
+
+    def _info_maker(self, run: Run, seq: int, call: StepCall, attempt: int) -> Callable[[], StepInfo]:
+        return lambda: self._info(run, seq, call, attempt)
 
     def _carry(self, run: Run, seq: int, call: StepCall, awaitable: Any) -> None:
         """Hands a suspended async execution to a task, which a cancel of the run may interrupt."""
@@ -239,12 +246,14 @@ class StepRunner:
         happens when a thread takes it, so no execution begins after a cancel.
         """
 
+        context = contextvars.copy_context()  # fusee.step_info() works in the thread too
+
         def call() -> Any:
             if run.cancel_pending and not sabotage.active.step_after_cancel:
                 raise _NotStarted()
             if self.rt.closing:
                 raise _NotStarted()
-            return fn(*args)
+            return context.run(fn, *args)
 
         return self.rt.env.run_step(call)
 
@@ -368,6 +377,9 @@ class StepRunner:
     def _step_args(self, run: Run, seq: int, call: StepCall, attempt: int) -> tuple[Any, ...]:
         if not call.takes_info:
             return ()
+        return (self._info(run, seq, call, attempt),)
+
+    def _info(self, run: Run, seq: int, call: StepCall, attempt: int) -> StepInfo:
         progress_raw = run.machine.progress(seq)
         progress = codec.decode(progress_raw) if progress_raw is not None else None
         info = StepInfo(
@@ -381,11 +393,13 @@ class StepRunner:
             lambda: run.cancel_pending,
             make_token(run.workflow_id, run.run_id, seq, attempt) if call.is_await else None,
         )
-        return (info,)
+        return info
 
     async def _invoke(self, run: Run, seq: int, call: StepCall, attempt: int) -> Any:
         fn = call.fn
         args = self._step_args(run, seq, call, attempt)
+        # This task's own context: tasks and threads started from here inherit it.
+        CURRENT_STEP.set(self._info_maker(run, seq, call, attempt))
         if call.is_async:
             return await self._supervise(run, seq, call, asyncio.ensure_future(fn(*args)), False)
         if self.rt.env.inline_sync_steps:

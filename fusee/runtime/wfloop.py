@@ -64,8 +64,10 @@ class WorkflowLoop(asyncio.AbstractEventLoop):
     Not thread-safe: schedule and drain from the host's thread only.
     """
 
-    def __init__(self, name: str = "") -> None:
+    def __init__(self, name: str = "", owner: Any = None) -> None:
         self.name = name
+        #: The run whose code this loop runs (``@fusee.step`` finds its ctx through it).
+        self.owner = owner
         #: Context dicts passed to ``call_exception_handler`` (the asyncio
         #: format: ``message``, ``exception``, ``task``/``future``/``handle``).
         self.unhandled: list[dict[str, Any]] = []
