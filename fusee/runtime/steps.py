@@ -153,6 +153,10 @@ class StepRunner:
         for run, seq, call in ready:
             self._start_step(run, seq, call)
 
+    def has_gated(self) -> bool:
+        """Steps wait for their gates to become durable."""
+        return bool(self._gated)
+
     def may_start(self, run: Run, seq: int) -> bool:
         """Whether an execution of step ``seq`` may begin now."""
         if run.dead or self.rt.closed or self.rt.closing or not run.machine.step_pending(seq):

@@ -45,6 +45,14 @@ class TimerQueue:
         if self._handle is None or due_ms < self._due:
             self._arm()
 
+    def next_due(self) -> int | None:
+        """The earliest entry's due time (Env ms), or None when nothing is scheduled."""
+        return self._heap[0][0] if self._heap else None
+
+    def rearm(self) -> None:
+        """The Env's clock moved (a test skipped time): look again at what is due."""
+        self._arm()
+
     def close(self) -> None:
         """Nothing more comes due."""
         self._closed = True

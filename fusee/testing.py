@@ -1,0 +1,137 @@
+"""A testing kit: an in-memory engine whose clock skips idle time.
+
+``TestEngine`` opens an engine on memory in about a millisecond. Whenever
+nothing in it can make progress but a timer (every run sleeps, waits with a
+timeout, or waits for a retry), its clock jumps to the next timer, so a
+workflow that sleeps for 30 days finishes in milliseconds. Step functions
+still run for real, on the real clock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import random
+from collections.abc import Iterable
+from types import TracebackType
+from typing import Any
+
+from fusee.definitions import WorkflowDef
+from fusee.durations import to_ms
+from fusee.engine.engine import Engine
+from fusee.runtime.context import Duration
+from fusee.runtime.env import RealEnv
+from fusee.storage.simdisk import SimDisk
+
+__all__ = ["TestEngine"]
+
+
+class _SkippingEnv(RealEnv):
+    """The real Env with a clock that can be moved forward."""
+
+    def __init__(self) -> None:
+        super().__init__(SimDisk(random.Random(0)))
+        self.offset_ms = 0
+
+    def now_ms(self) -> int:
+        return super().now_ms() + self.offset_ms
+
+
+class TestEngine:
+    """An in-memory :class:`fusee.Engine` for tests, with a clock that skips idle time.
+
+    ``async with TestEngine(workflows=[...]) as env:`` gives an object with
+    every method of the engine (``await env.execute(...)``, ``env.describe``)
+    plus :meth:`skip` and :meth:`now`. Options are those of
+    :meth:`fusee.Engine.open` (runs are not parked unless ``park_after`` is
+    given). With ``skip_time=False`` only :meth:`skip` moves the clock.
+    """
+
+    __test__ = False  # not a pytest test class, whatever its name says
+
+    def __init__(
+        self, workflows: Iterable[WorkflowDef[Any, Any]] = (), *, skip_time: bool = True, **options: Any
+    ) -> None:
+        self._workflows = list(workflows)
+        self._options = {"park_after": None, **options}
+        self._skip_time = skip_time
+        self._env: _SkippingEnv | None = None
+        self._engine: Engine | None = None
+        self._skipper: asyncio.Task[None] | None = None
+
+    @property
+    def engine(self) -> Engine:
+        """The engine under test."""
+        if self._engine is None:
+            raise RuntimeError("the TestEngine is not open: use 'async with TestEngine(...) as env'")
+        return self._engine
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.engine, name)
+
+    async def __aenter__(self) -> TestEngine:
+        self._env = _SkippingEnv()
+        self._engine = await Engine.open(None, workflows=self._workflows, env=self._env, **self._options)
+        if self._skip_time:
+            self._skipper = asyncio.get_running_loop().create_task(self._skip_idle())
+        return self
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if self._skipper is not None:
+            self._skipper.cancel()
+            try:
+                await self._skipper
+            except asyncio.CancelledError:
+                pass
+        try:
+            if self._engine is not None:
+                await self._engine.close()
+        finally:
+            if self._env is not None:
+                self._env.close()
+
+    def now(self) -> datetime.datetime:
+        """The engine's current time (UTC): what ``ctx.now()`` would record."""
+        assert self._env is not None
+        return datetime.datetime.fromtimestamp(self._env.now_ms() / 1000, tz=datetime.UTC)
+
+    async def skip(self, duration: Duration) -> None:
+        """Moves the engine's clock forward by ``duration``; what came due runs before this returns."""
+        assert self._env is not None
+        self._env.offset_ms += to_ms(duration)
+        self.engine._rt.timers.rearm()
+        for _ in range(3):
+            await asyncio.sleep(0)
+
+    def _idle(self) -> bool:
+        """Nothing but a timer can move the engine on."""
+        rt = self.engine._rt
+        committer = self.engine._committer
+        return (
+            rt.steps.executing == 0
+            and not rt.steps.has_gated()
+            and not rt.log.has_pending()
+            and committer.waiters == 0
+            and rt.timers.next_due() is not None
+        )
+
+    async def _skip_idle(self) -> None:
+        env = self._env
+        assert env is not None
+        quiet = 0
+        while True:
+            await asyncio.sleep(0.001)
+            if not self._idle():
+                quiet = 0
+                continue
+            quiet += 1
+            if quiet < 3:
+                continue  # idle on consecutive looks, not between two callbacks
+            due = self.engine._rt.timers.next_due()
+            now = env.now_ms()
+            if due is not None and due > now:
+                env.offset_ms += due - now
+                self.engine._rt.timers.rearm()
+            quiet = 0
