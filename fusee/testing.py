@@ -11,19 +11,24 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import os
 import random
 from collections.abc import Iterable
 from types import TracebackType
 from typing import Any
 
+from fusee import journal_file
+from fusee.core import journal as jm
+from fusee.core import records as rec
 from fusee.definitions import WorkflowDef
 from fusee.durations import to_ms
 from fusee.engine.engine import Engine
+from fusee.errors import DeterminismError
 from fusee.runtime.context import Duration
 from fusee.runtime.env import RealEnv
 from fusee.storage.simdisk import SimDisk
 
-__all__ = ["TestEngine"]
+__all__ = ["TestEngine", "journal_json", "load_journal", "replay", "replay_dir"]
 
 
 class _SkippingEnv(RealEnv):
@@ -135,3 +140,64 @@ class TestEngine:
                 env.offset_ms += due - now
                 self.engine._rt.timers.rearm()
             quiet = 0
+
+
+# --- recorded histories against new code -------------------------------------------
+
+
+def load_journal(path: str | os.PathLike[str]) -> list[rec.Record]:
+    """The journal in a ``.fjnl`` file written by ``engine.export``."""
+    return journal_file.read(path)
+
+
+def journal_json(journal: list[rec.Record] | str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """The normalized, language-neutral JSON view of a journal (or of a ``.fjnl`` file)."""
+    return journal_file.journal_json(_records(journal))
+
+
+def _records(journal: list[rec.Record] | str | os.PathLike[str]) -> list[rec.Record]:
+    return list(journal) if isinstance(journal, list) else journal_file.read(journal)
+
+
+async def replay(
+    journal: list[rec.Record] | str | os.PathLike[str], workflows: Iterable[WorkflowDef[Any, Any]]
+) -> None:
+    """Runs ``workflows``' code against a recorded journal, running no step.
+
+    Raises :class:`fusee.DeterminismError` naming the position where the code
+    no longer does what the journal recorded (an operation added, removed,
+    renamed or reordered without ``ctx.patched``), or when a finished run's
+    code now ends differently. A journal of a run still under way replays up
+    to where it stopped. Use it in CI with the journals of production runs.
+    """
+    from fusee.runtime.ended import replay_verifying
+    from fusee.runtime.table import WorkflowState
+
+    records = _records(journal)
+    start = records[0]
+    assert isinstance(start, rec.Start)
+    async with TestEngine(workflows=workflows, skip_time=False) as env:
+        rt = env.engine._rt
+        wdef = rt.definition(start.wtype, start.version)
+        if wdef is None:
+            raise rt.unregistered(start.wtype, start.version)
+        st = WorkflowState(start.id, 0, wtype=start.wtype, run_id=start.run, version=start.version)
+        machine = jm.RunMachine.from_journal(records, len(records))
+        err = replay_verifying(rt, st, wdef, machine, records)
+        if err is not None:
+            raise err
+
+
+async def replay_dir(directory: str | os.PathLike[str], workflows: Iterable[WorkflowDef[Any, Any]]) -> int:
+    """:func:`replay` for every ``.fjnl`` file in ``directory``; returns how many were checked.
+
+    The first divergence raises, its message prefixed with the file's name.
+    """
+    defs = list(workflows)
+    paths = sorted(p for p in os.listdir(directory) if p.endswith(".fjnl"))
+    for name in paths:
+        try:
+            await replay(os.path.join(directory, name), defs)
+        except DeterminismError as e:
+            raise DeterminismError(f"{name}: {e.detail}", e.seq) from e
+    return len(paths)

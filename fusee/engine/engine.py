@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable, Generator, Iterable
 from types import TracebackType
 from typing import Any, TypeVar
 
-from fusee import codec, sabotage
+from fusee import codec, journal_file, sabotage
 from fusee.core import journal as jm
 from fusee.core import records as rec
 from fusee.definitions import QueryDef, SignalDef, UpdateDef, WorkflowDef
@@ -867,6 +867,16 @@ class Engine:
         durable = self._rt.durable(st.shard)
         journal, lsns = self._rt.journal_of(st)
         return [r for r, lsn in zip(journal, lsns, strict=True) if lsn <= durable]
+
+    async def export(self, workflow_id: str, path: str | os.PathLike[str]) -> int:
+        """Writes the durable journal of the workflow's current run to ``path`` (a ``.fjnl`` file).
+
+        The file is durable when this returns; ``fusee.testing.replay(path,
+        workflows)`` checks new code against it. Returns the number of records.
+        """
+        journal = await self.journal(workflow_id)
+        await self._env.run_io(lambda: journal_file.write(path, journal))
+        return len(journal)
 
     def describe(self, workflow_id: str) -> RunSummary:
         """The workflow's summary. Raises :class:`fusee.NotFound` for an unknown ID."""

@@ -158,3 +158,51 @@ def replay_read_only(
     run = _ReplayRun(_ReadOnlyRuntime(rt), st.shard, wdef, machine, list(journal), list(lsns))  # type: ignore[arg-type]
     run.start()
     return run
+
+
+class _VerifyRun(_ReplayRun):
+    """A read-only replay that also checks how a finished run ends."""
+
+    def _finish(self, task: asyncio.Task[Any]) -> None:
+        self.finished = True
+        recorded = self.machine.recorded_done()
+        try:
+            self.machine.check_end()
+        except DeterminismError as e:
+            self.stuck = e
+            return
+        if recorded is None:
+            return
+        if task.cancelled():
+            status = rec.Status.CANCELLED
+        else:
+            exc = task.exception()
+            if exc is None:
+                status = rec.Status.OK
+            elif type(exc).__name__ == "ContinueAsNew":
+                status = rec.Status.CONTINUED
+            elif isinstance(exc, DeterminismError):
+                self.stuck = exc
+                return
+            else:
+                status = rec.Status.FAILED
+        if recorded[0] in (rec.Status.TERMINATED, rec.Status.TIMED_OUT):
+            return  # ended from outside: the code had no say
+        if status != recorded[0] and not (recorded[0] == rec.Status.CANCELLED and status == rec.Status.FAILED):
+            self.stuck = DeterminismError(
+                f"the run ended {recorded[0].name.lower()} but the code now ends {status.name.lower()}"
+            )
+
+
+def replay_verifying(
+    rt: Runtime, st: WorkflowState, wdef: Any, machine: jm.RunMachine, journal: list[rec.Record]
+) -> DeterminismError | None:
+    """Replays ``journal`` read-only; the determinism error it meets, or None if the code matches."""
+    lsns = list(range(1, len(journal) + 1))
+    run = _VerifyRun(_ReadOnlyRuntime(rt), st.shard, wdef, machine, list(journal), lsns)  # type: ignore[arg-type]
+    run.start()
+    err = run.stuck
+    run.kill()
+    if err is None:
+        return None
+    return err if isinstance(err, DeterminismError) else DeterminismError(str(err))
