@@ -99,7 +99,7 @@ async def test_export_and_replay_against_new_code(tmp_path: Path) -> None:
     assert await testing.replay_dir(tmp_path, [checkout_v1]) == 2
     with pytest.raises(fusee.DeterminismError, match="position 0"):
         await testing.replay(tmp_path / "c-1.fjnl", [checkout_renamed])
-    with pytest.raises(fusee.DeterminismError, match="c-2.fjnl|c-1.fjnl"):
+    with pytest.raises(fusee.DeterminismError, match=r"c-1\.fjnl"):
         await testing.replay_dir(tmp_path, [checkout_renamed])
 
 
