@@ -19,6 +19,7 @@ lint: $(STAMP)
 
 typecheck: $(STAMP)
 	$(PY) -m mypy
+	$(PY) -m mypy --strict --warn-unused-ignores tests/typing
 
 unit: $(STAMP)
 	$(PY) -m pytest -q

@@ -6,10 +6,15 @@ import dataclasses
 import inspect
 import typing
 from collections.abc import Awaitable, Callable
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+if TYPE_CHECKING:
+    from fusee.runtime.context import Ctx
 
 T = TypeVar("T")
 R = TypeVar("R")
+#: A workflow's result type: a workflow returning int is one that returns a number.
+R_co = TypeVar("R_co", covariant=True)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,8 +48,21 @@ def _check_name(kind: str, name: object) -> str:
     return name
 
 
+@typing.overload
+def signal(name: str) -> SignalDef[Any]: ...
+
+
+@typing.overload
+def signal(name: str, type: type[T]) -> SignalDef[T]: ...
+
+
+@typing.overload
+def signal(name: str, type: Any) -> SignalDef[Any]: ...
+
+
 def signal(name: str, type: Any = Any) -> SignalDef[Any]:
-    """Declares a signal: ``approve = fusee.signal("approve", int)``."""
+    """Declares a signal: ``approve = fusee.signal("approve", int)`` is a ``SignalDef[int]``,
+    and type checkers check the values sent with it."""
     return SignalDef(_check_name("signal", name), type)
 
 
@@ -55,6 +73,18 @@ def query(name: str, result_type: Any = Any) -> QueryDef:
     must be plain JSON (see :func:`fusee.codec.convert`).
     """
     return QueryDef(_check_name("query", name), result_type)
+
+
+@typing.overload
+def update(name: str) -> UpdateDef[Any]: ...
+
+
+@typing.overload
+def update(name: str, arg_type: type[T], result_type: Any = Any) -> UpdateDef[T]: ...
+
+
+@typing.overload
+def update(name: str, arg_type: Any, result_type: Any = Any) -> UpdateDef[Any]: ...
 
 
 def update(name: str, arg_type: Any = Any, result_type: Any = Any) -> UpdateDef[Any]:
@@ -68,7 +98,7 @@ def update(name: str, arg_type: Any = Any, result_type: Any = Any) -> UpdateDef[
 
 
 @dataclasses.dataclass(frozen=True)
-class WorkflowDef(Generic[T, R]):
+class WorkflowDef(Generic[T, R_co]):
     """A registered workflow: its name, version, code and the types of its input and result.
 
     Calling it directly is an error; start it through an engine.
@@ -88,7 +118,21 @@ class WorkflowDef(Generic[T, R]):
         )
 
 
-def workflow(name: str | None = None, *, version: int = 1) -> Callable[[Callable[..., Awaitable[Any]]], WorkflowDef[Any, Any]]:
+In = TypeVar("In")
+Out = TypeVar("Out")
+
+
+class _WorkflowDecorator(typing.Protocol):
+    """What ``@fusee.workflow(...)`` applies: it keeps the function's input and result types."""
+
+    @typing.overload
+    def __call__(self, fn: Callable[[Ctx], Awaitable[Out]]) -> WorkflowDef[None, Out]: ...
+
+    @typing.overload
+    def __call__(self, fn: Callable[[Ctx, In], Awaitable[Out]]) -> WorkflowDef[In, Out]: ...
+
+
+def workflow(name: str | None = None, *, version: int = 1) -> _WorkflowDecorator:
     """Declares an ``async def`` as a durable workflow.
 
     The function takes a :class:`fusee.Ctx` and at most one input; its

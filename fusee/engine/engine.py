@@ -15,7 +15,7 @@ import os
 import random
 from collections.abc import Awaitable, Callable, Generator, Iterable
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar, overload
 
 from fusee import codec, journal_file, sabotage
 from fusee.core import journal as jm
@@ -52,6 +52,8 @@ MEMORY_PATH = "/fusee-memory"
 DEFAULT_CLOSE_GRACE = 10.0
 
 T = TypeVar("T")
+R = TypeVar("R")
+In = TypeVar("In")
 logger = logging.getLogger("fusee")
 
 
@@ -80,8 +82,9 @@ class RunSummary:
     audit: tuple[Any, ...] = ()
 
 
-class RunHandle:
-    """A workflow run, by ID: wait for its result, signal, query, update, cancel or terminate it."""
+class RunHandle(Generic[R]):
+    """A workflow run, by ID: wait for its result (of type ``R``), signal, query, update,
+    cancel or terminate it."""
 
     __slots__ = ("_engine", "run_id", "workflow_id")
 
@@ -91,16 +94,16 @@ class RunHandle:
         #: The run this handle was made for (continue-as-new chains move on to new runs).
         self.run_id = run_id
 
-    async def result(self) -> Any:
+    async def result(self) -> R:
         """The workflow's result once durable (following continue-as-new).
 
         Raises :class:`fusee.WorkflowFailed` (or its subclasses for
         cancelled, terminated and timed-out runs) when it ended without one.
         """
-        return await self._engine._result(self.workflow_id)
+        return await self._engine._result(self.workflow_id)  # type: ignore[no-any-return]
 
     async def signal(
-        self, signal: SignalDef[Any], value: Any = None, *, dedup_key: str | None = None, by: str | None = None
+        self, signal: SignalDef[T], value: T = None, *, dedup_key: str | None = None, by: str | None = None  # type: ignore[assignment]
     ) -> None:
         """See :meth:`Engine.signal`."""
         await self._engine.signal(self.workflow_id, signal, value, dedup_key=dedup_key, by=by)
@@ -491,6 +494,30 @@ class Engine:
 
     # --- the client API -----------------------------------------------------
 
+    @overload
+    async def start(
+        self,
+        workflow: WorkflowDef[In, R],
+        workflow_id: str,
+        input: In = None,  # type: ignore[assignment]
+        *,
+        if_running: str = "fail",
+        if_finished: str = "fail",
+        timeout: Duration | None = None,
+    ) -> RunHandle[R]: ...
+
+    @overload
+    async def start(
+        self,
+        workflow: str,
+        workflow_id: str,
+        input: Any = None,
+        *,
+        if_running: str = "fail",
+        if_finished: str = "fail",
+        timeout: Duration | None = None,
+    ) -> RunHandle[Any]: ...
+
     async def start(
         self,
         workflow: WorkflowDef[Any, Any] | str,
@@ -500,7 +527,7 @@ class Engine:
         if_running: str = "fail",
         if_finished: str = "fail",
         timeout: Duration | None = None,
-    ) -> RunHandle:
+    ) -> RunHandle[Any]:
         """Starts ``workflow`` as ``workflow_id`` and returns once its start is durable.
 
         If the ID is running: ``if_running`` is ``"fail"`` (raise
@@ -530,7 +557,31 @@ class Engine:
         )
         run_id = st.run_id
         await self._durable(st.shard, lsn)
-        return RunHandle(self, wid, run_id)
+        return RunHandle[Any](self, wid, run_id)
+
+    @overload
+    async def execute(
+        self,
+        workflow: WorkflowDef[In, R],
+        workflow_id: str,
+        input: In = None,  # type: ignore[assignment]
+        *,
+        if_running: str = "fail",
+        if_finished: str = "fail",
+        timeout: Duration | None = None,
+    ) -> R: ...
+
+    @overload
+    async def execute(
+        self,
+        workflow: str,
+        workflow_id: str,
+        input: Any = None,
+        *,
+        if_running: str = "fail",
+        if_finished: str = "fail",
+        timeout: Duration | None = None,
+    ) -> Any: ...
 
     async def execute(
         self,
@@ -548,7 +599,7 @@ class Engine:
         )
         return await h.result()
 
-    def get(self, workflow_id: str) -> RunHandle:
+    def get(self, workflow_id: str) -> RunHandle[Any]:
         """A handle to an existing workflow. Raises :class:`fusee.NotFound` if there is none."""
         self._check_open()
         st = self._rt.current(self._check_id(workflow_id))
@@ -564,8 +615,8 @@ class Engine:
     async def signal(
         self,
         workflow_id: str,
-        signal: SignalDef[Any],
-        value: Any = None,
+        signal: SignalDef[T],
+        value: T = None,  # type: ignore[assignment]
         *,
         dedup_key: str | None = None,
         by: str | None = None,
@@ -712,7 +763,7 @@ class Engine:
         reapply_signals: bool = True,
         version: int | None = None,
         by: str | None = None,
-    ) -> RunHandle:
+    ) -> RunHandle[Any]:
         """Ends the current run and starts a new run of the same ID from its journal before a cut.
 
         The cut is the first step named ``before_step`` (journaled or running)
@@ -735,7 +786,7 @@ class Engine:
         reapply_signals: bool = True,
         version: int | None = None,
         by: str | None = None,
-    ) -> RunHandle:
+    ) -> RunHandle[Any]:
         """Starts ``new_id`` from ``workflow_id``'s journal before a cut (as :meth:`reset`),
         leaving ``workflow_id`` alone. Children of the original are not shared: a child
         the fork still waits for fails there as in use by another workflow."""
@@ -746,7 +797,7 @@ class Engine:
     async def _reset(
         self, workflow_id: str, new_id: str | None, before_step: str | None, before_position: int | None,
         reapply_signals: bool, version: int | None, by: str | None,
-    ) -> RunHandle:
+    ) -> RunHandle[Any]:
         self._check_open()
         wid = self._check_id(workflow_id)
         st, lsn = self._rt.reset(
