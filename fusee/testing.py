@@ -23,12 +23,21 @@ from fusee.core import records as rec
 from fusee.definitions import WorkflowDef
 from fusee.durations import to_ms
 from fusee.engine.engine import Engine
-from fusee.errors import DeterminismError
+from fusee.errors import DeterminismError, FuseeError
 from fusee.runtime.context import Duration
 from fusee.runtime.env import RealEnv
+from fusee.runtime.table import WorkflowState
 from fusee.storage.simdisk import SimDisk
 
-__all__ = ["TestEngine", "journal_json", "load_journal", "replay", "replay_dir"]
+__all__ = [
+    "CrashCheckFailed",
+    "TestEngine",
+    "crash_everywhere",
+    "journal_json",
+    "load_journal",
+    "replay",
+    "replay_dir",
+]
 
 
 class _SkippingEnv(RealEnv):
@@ -171,7 +180,6 @@ async def replay(
     to where it stopped. Use it in CI with the journals of production runs.
     """
     from fusee.runtime.ended import replay_verifying
-    from fusee.runtime.table import WorkflowState
 
     records = _records(journal)
     start = records[0]
@@ -201,3 +209,63 @@ async def replay_dir(directory: str | os.PathLike[str], workflows: Iterable[Work
         except DeterminismError as e:
             raise DeterminismError(f"{name}: {e.detail}", e.seq) from e
     return len(paths)
+
+
+# --- a crash after every record ----------------------------------------------------------
+
+
+class CrashCheckFailed(AssertionError):
+    """A run recovered from a cut of its journal ended differently, or re-ran a recorded step."""
+
+
+async def crash_everywhere(
+    workflow: WorkflowDef[Any, Any], input: Any = None, *, workflows: Iterable[WorkflowDef[Any, Any]] = (),
+    workflow_id: str = "crash-everywhere",
+) -> int:
+    """Runs ``workflow`` once, then again from every prefix of its journal, as after a crash there.
+
+    Each restart must end with the same result (or the same failure) and must
+    not run again a step whose result the prefix holds. Raises
+    :class:`CrashCheckFailed` naming the first cut that breaks either rule;
+    returns the number of cuts checked. Step functions run for real at every
+    restart: keep their effects harmless (or idempotent by ``info.key``).
+    """
+    defs = list(workflows) or [workflow]
+    if all(d is not workflow for d in defs):
+        defs.append(workflow)
+    async with TestEngine(workflows=defs) as env:
+        await env.start(workflow, workflow_id, input)
+        expected = await _outcome(env, workflow_id)
+        journal = await env.journal(workflow_id)
+    assert isinstance(journal[-1], rec.Done), "the run ended: its journal ends with Done"
+    cuts = range(1, len(journal) - 1)
+    for k in cuts:
+        prefix = journal[:k]
+        recorded = {r.seq for r in prefix if isinstance(r, rec.Step)}
+        async with TestEngine(workflows=defs) as env:
+            rt = env.engine._rt
+            rt.steps.started = []
+            st = WorkflowState(workflow_id, 0)
+            rt.wf[workflow_id] = st
+            lsn = rt.adopt(st, prefix)
+            await rt.wait_durable(st.shard, lsn)
+            got = await _outcome(env, workflow_id)
+            again = sorted(seq for wid, seq in rt.steps.started if wid == workflow_id and seq in recorded)
+        if again:
+            raise CrashCheckFailed(
+                f"after a crash at record {k} ({type(journal[k - 1]).__name__}), the steps at positions "
+                f"{again} ran again although their results were recorded"
+            )
+        if got != expected:
+            raise CrashCheckFailed(
+                f"after a crash at record {k} ({type(journal[k - 1]).__name__}) the run ended "
+                f"{got!r}, not {expected!r} as without a crash"
+            )
+    return len(cuts)
+
+
+async def _outcome(env: TestEngine, workflow_id: str) -> tuple[str, Any]:
+    try:
+        return ("ok", await asyncio.wait_for(env.get(workflow_id).result(), 60))
+    except FuseeError as e:
+        return (type(e).__name__, str(e))

@@ -126,3 +126,39 @@ def test_a_damaged_journal_file_is_refused(tmp_path: Path) -> None:
     (tmp_path / "x.fjnl").write_bytes(b"not a journal")
     with pytest.raises(fusee.CorruptRecord, match="not a Fusee journal"):
         testing.load_journal(tmp_path / "x.fjnl")
+
+
+@fusee.workflow("durable_sum")
+async def durable_sum(ctx: fusee.Ctx, n: int) -> int:
+    total = 0
+    for i in range(n):
+        total += await ctx.step(f"add-{i}", lambda i=i: i)
+        await ctx.sleep(f"pause-{i}", "1h")
+    return total
+
+
+LEAKED = {"total": 0}
+
+
+def leaky_add(i: int) -> int:
+    LEAKED["total"] += i  # state outside the journal: a restart sees a different total
+    return LEAKED["total"]
+
+
+@fusee.workflow("leaky_sum")
+async def leaky_sum(ctx: fusee.Ctx, n: int) -> int:
+    last = 0
+    for i in range(n):
+        last = await ctx.step(f"add-{i}", lambda i=i: leaky_add(i))
+    return int(last + LEAKED["total"] * 0 + (1 if LEAKED["total"] > 10 else 0))
+
+
+async def test_crash_everywhere_passes_a_durable_workflow() -> None:
+    cuts = await testing.crash_everywhere(durable_sum, 4)
+    assert cuts >= 8  # a cut after every record but the last
+
+
+async def test_crash_everywhere_finds_state_kept_outside_the_journal() -> None:
+    LEAKED["total"] = 0
+    with pytest.raises(testing.CrashCheckFailed, match="crash at record"):
+        await testing.crash_everywhere(leaky_sum, 4)

@@ -664,21 +664,29 @@ class Runtime:
         records: list[rec.Record] = [new_start, *reset_journal.renumber(prefix[1:], rid)]
         if reapply_signals:
             records += [msgspec.structs.replace(s, run=rid) for s in later]
+        lsn = self.adopt(target, records)
+        log.info("workflow %r: new run %d from %d records of %r (cut at position %d)",
+                 target.id, rid, len(records), wid, cut)
+        return target, lsn
+
+    def adopt(self, target: WorkflowState, records: list[rec.Record]) -> int:
+        """Journals ``records`` (a Start and what follows it) as ``target``'s current run and
+        replays it, as recovery would; returns the LSN to await before acknowledging."""
+        start = records[0]
+        assert isinstance(start, rec.Start) and start.id == target.id
         if target.run_id:
             self.by_run.pop(target.run_id, None)
-        target.wtype, target.run_id, target.version = wdef.name, rid, wdef.version
+        target.wtype, target.run_id, target.version = start.wtype, start.run, start.version
         target.status, target.payload, target.final = None, b"", False
         target.journal, target.lsns, target.packed = [], [], None
-        self.by_run[rid] = target
+        self.by_run[start.run] = target
         lsn = 0
         for r in records:
             lsn = self.append(target.shard, r)
             target.journal.append(r)
             target.lsns.append(lsn)
-        log.info("workflow %r: new run %d from %d records of %r (cut at position %d)",
-                 target.id, rid, len(records), wid, cut)
         self._load_run(target)
-        return target, lsn
+        return lsn
 
     def resume(self, wid: str, by: bytes | None) -> int:
         run = self.running_run(wid)

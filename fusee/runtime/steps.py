@@ -88,6 +88,8 @@ class StepRunner:
         #: Heartbeats: the latest not yet journaled, and the LSN of the last one journaled, per step.
         self._hb_next: dict[tuple[Run, int], rec.Heartbeat] = {}
         self._hb_lsn: dict[tuple[Run, int], int] = {}
+        #: Every execution begun, as (workflow ID, position), when a test asks (None: not kept).
+        self.started: list[tuple[str, int]] | None = None
         #: When a supervised attempt last reported a heartbeat (loop time).
         self._hb_seen: dict[tuple[Run, int], float] = {}
 
@@ -168,6 +170,8 @@ class StepRunner:
     def _begin(self, run: Run, seq: int, task: asyncio.Task[Any] | None) -> None:
         run.executing[seq] = task
         self.executing += 1
+        if self.started is not None:
+            self.started.append((run.workflow_id, seq))
 
     def _settle(self, run: Run, seq: int) -> None:
         """An execution's outcome is known (and, if it has one, handed to the machine)."""
