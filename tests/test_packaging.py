@@ -1,0 +1,46 @@
+"""The package as users install it: a wheel, in a fresh virtual environment, running the quick start."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import sysconfig
+import venv
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_the_wheel_installs_and_runs_the_quick_start(tmp_path: Path) -> None:
+    dist = tmp_path / "dist"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(dist), str(ROOT)],
+        check=True, capture_output=True, timeout=300,
+    )
+    wheels = list(dist.glob("fusee-*.whl"))
+    assert len(wheels) == 1
+    env_dir = tmp_path / "venv"
+    venv.create(env_dir, with_pip=False)
+    py = env_dir / "bin" / "python"
+    site = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          check=True, capture_output=True, text=True).stdout.strip()
+    # The dependencies (msgspec, crc32c) come from this environment's site-packages, added as a
+    # plain path: its editable install of fusee is not, so only the wheel can be imported.
+    Path(site, "deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    subprocess.run([sys.executable, "-m", "pip", "--python", str(py), "install", "-q", "--no-deps",
+                    str(wheels[0])], check=True, capture_output=True, timeout=300)
+    readme = (ROOT / "README.md").read_text()
+    quick_start = re.search(r"## Quick start\s+```python\n(.*?)```", readme, re.S)
+    assert quick_start is not None
+    run = subprocess.run([str(py), "-c", quick_start.group(1)], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert "teapot for 42" in run.stdout
+    where = subprocess.run([str(py), "-c", "import fusee, os; print(os.path.dirname(fusee.__file__))"],
+                           capture_output=True, text=True, check=True, cwd=tmp_path).stdout.strip()
+    assert where.startswith(site), f"fusee was imported from {where}, not the installed wheel"
+    typed = subprocess.run([str(py), "-c", "import fusee, os; print(os.path.exists(os.path.join("
+                            "os.path.dirname(fusee.__file__), 'py.typed')))"],
+                           capture_output=True, text=True, check=True, cwd=tmp_path).stdout.strip()
+    assert typed == "True"
