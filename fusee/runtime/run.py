@@ -548,6 +548,35 @@ class Run:
         self._fail_determinism(e)
         return e
 
+    def _check_step_args(self, what: str, name: object, fn: object, retry: object) -> None:
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"a {what} name must be a non-empty string, got {name!r}")
+        if not callable(fn):
+            raise TypeError(f"{what} '{name}': fn must be callable, got {type(fn).__name__}")
+        if retry is not None and not isinstance(retry, Retry):
+            raise TypeError(f"{what} '{name}': retry must be a fusee.Retry, got {type(retry).__name__}")
+
+    def _run_live(
+        self, seq: int, start: jm.StepRun, name: str, fn: Callable[..., Any], retry: Retry | None,
+        timeout: Any, read_only: bool, heartbeat_timeout: Any = None, is_await: bool = False,
+    ) -> None:
+        """Hands a live step's (or a completion token's) function to the step runner."""
+        call = StepCall(
+            name,
+            fn,
+            retry if retry is not None else self.rt.default_retry,
+            to_ms(timeout) / 1000 if timeout is not None else None,
+            read_only,
+            start.attempt,
+            start.not_before_ms,
+            self.machine.gate,
+        )
+        call.is_await = is_await
+        if heartbeat_timeout is not None:
+            call.heartbeat_s = to_ms(heartbeat_timeout) / 1000
+        self.steps[seq] = call
+        self.rt.run_step(self, seq, call)
+
     def op_step(
         self,
         name: str,
@@ -559,13 +588,9 @@ class Run:
         heartbeat_timeout: Any = None,
     ) -> asyncio.Future[Any]:
         self._check()
-        if not isinstance(name, str) or not name:
-            raise TypeError(f"a step name must be a non-empty string, got {name!r}")
-        if not callable(fn):
-            raise TypeError(f"step '{name}': fn must be callable, got {type(fn).__name__}")
-        if retry is not None and not isinstance(retry, Retry):
-            raise TypeError(f"step '{name}': retry must be a fusee.Retry, got {type(retry).__name__}")
-        timeout_s = to_ms(timeout) / 1000 if timeout is not None else None
+        self._check_step_args("step", name, fn, retry)
+        if timeout is not None:
+            to_ms(timeout)  # a bad duration fails here, before the journal moves
         try:
             seq, start = self.machine.begin_step(name)
         except DeterminismError as e:
@@ -575,20 +600,7 @@ class Run:
         fut = self._new_op(seq, STEP, name, result_type)
         if start is not jm.REPLAY:
             assert isinstance(start, jm.StepRun)
-            call = StepCall(
-                name,
-                fn,
-                retry if retry is not None else self.rt.default_retry,
-                timeout_s,
-                read_only,
-                start.attempt,
-                start.not_before_ms,
-                self.machine.gate,
-            )
-            if heartbeat_timeout is not None:
-                call.heartbeat_s = to_ms(heartbeat_timeout) / 1000
-            self.steps[seq] = call
-            self.rt.run_step(self, seq, call)
+            self._run_live(seq, start, name, fn, retry, timeout, read_only, heartbeat_timeout)
         return fut
 
     def op_await(
@@ -600,13 +612,9 @@ class Run:
         result_type: Any,
     ) -> asyncio.Future[Any]:
         self._check()
-        if not isinstance(name, str) or not name:
-            raise TypeError(f"a completion name must be a non-empty string, got {name!r}")
-        if not callable(fn):
-            raise TypeError(f"await_completion '{name}': fn must be callable, got {type(fn).__name__}")
-        if retry is not None and not isinstance(retry, Retry):
-            raise TypeError(f"await_completion '{name}': retry must be a fusee.Retry, got {type(retry).__name__}")
-        timeout_s = to_ms(timeout) / 1000 if timeout is not None else None
+        self._check_step_args("completion", name, fn, retry)
+        if timeout is not None:
+            to_ms(timeout)
         try:
             seq, start = self.machine.begin_await(name)
         except DeterminismError as e:
@@ -614,19 +622,7 @@ class Run:
         fut = self._new_op(seq, AWAIT, name, Any if result_type is None else result_type)
         if isinstance(start, jm.StepRun):
             # The token is not out yet: its function runs like a step's.
-            call = StepCall(
-                name,
-                fn,
-                retry if retry is not None else self.rt.default_retry,
-                timeout_s,
-                False,
-                start.attempt,
-                start.not_before_ms,
-                self.machine.gate,
-            )
-            call.is_await = True
-            self.steps[seq] = call
-            self.rt.run_step(self, seq, call)
+            self._run_live(seq, start, name, fn, retry, timeout, False, is_await=True)
         return fut
 
     def op_sleep(self, name: str, duration: Any) -> asyncio.Future[Any]:
