@@ -13,7 +13,7 @@ import datetime
 import logging
 import os
 import random
-from collections.abc import Awaitable, Callable, Generator, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterable
 from types import TracebackType
 from typing import Any, Generic, TypeVar, overload
 
@@ -38,6 +38,7 @@ from fusee.runtime import ended
 from fusee.runtime.context import Duration
 from fusee.runtime.env import DEFAULT_STEP_THREADS, Env, RealEnv
 from fusee.runtime.runtime import IF_FINISHED, IF_RUNNING, Runtime
+from fusee.runtime.streams import durable_chunks
 from fusee.runtime.table import dedup_key
 from fusee.runtime.tokens import parse_token
 from fusee.runtime.wfloop import WorkflowLoop
@@ -918,6 +919,40 @@ class Engine:
         durable = self._rt.durable(st.shard)
         journal, lsns = self._rt.journal_of(st)
         return [r for r, lsn in zip(journal, lsns, strict=True) if lsn <= durable]
+
+    async def read_stream_batch(
+        self, workflow_id: str, name: str, offset: int = 0, *, wait: Duration | None = None
+    ) -> tuple[list[Any], int, bool]:
+        """The durable chunks of stream ``name`` from ``offset``: ``(chunks, next_offset, ended)``.
+
+        With ``wait``, waits up to that long for a first chunk (long polling).
+        A reader never sees a chunk change or an offset skipped, and may
+        reconnect at any offset. ``ended`` is true once the stream (or the run)
+        ended and every chunk before the end was returned.
+        """
+        self._check_open()
+        wid = self._check_id(workflow_id)
+        if not isinstance(offset, int) or offset < 0:
+            raise ValueError(f"offset must be an int >= 0, got {offset!r}")
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + (to_ms(wait) / 1000 if wait is not None else 0)
+        while True:
+            st = self._rt.current(wid)
+            journal, lsns = self._rt.journal_of(st)
+            chunks, nxt, ended = durable_chunks(journal, lsns, self._rt.durable(st.shard), name, offset)
+            left = deadline - loop.time()
+            if chunks or ended or left <= 0 or self._closed:
+                return chunks, nxt, ended
+            await self._rt.stream_changed(left)
+
+    async def read_stream(self, workflow_id: str, name: str, offset: int = 0) -> AsyncIterator[Any]:
+        """Follows stream ``name`` from ``offset``, yielding each durable chunk, until it ends."""
+        while True:
+            chunks, offset, ended = await self.read_stream_batch(workflow_id, name, offset, wait=30.0)
+            for chunk in chunks:
+                yield chunk
+            if ended and not chunks:
+                return
 
     async def export(self, workflow_id: str, path: str | os.PathLike[str]) -> int:
         """Writes the durable journal of the workflow's current run to ``path`` (a ``.fjnl`` file).

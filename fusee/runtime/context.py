@@ -54,6 +54,7 @@ class StepInfo:
     __slots__ = (
         "_cancel_requested",
         "_heartbeat",
+        "_stream",
         "attempt",
         "key",
         "name",
@@ -74,8 +75,10 @@ class StepInfo:
         heartbeat: Callable[[Any], None],
         cancel_requested: Callable[[], bool] = lambda: False,
         token: str | None = None,
+        stream: Callable[[str], Any] | None = None,
     ) -> None:
         self.name = name
+        self._stream = stream
         #: In ``ctx.await_completion``'s function: the token to hand to the outside
         #: world (``engine.complete(token, value)``); None in an ordinary step.
         self.token = token
@@ -95,6 +98,16 @@ class StepInfo:
         progress per flush is journaled.
         """
         self._heartbeat(progress)
+
+    def stream(self, name: str) -> Any:
+        """A stream this step writes (``.write(chunk)``, ``.close()``), also from a thread.
+
+        Running again, the step continues after the chunks its earlier attempts
+        recorded; its result completes the stream. See ``engine.read_stream``.
+        """
+        if self._stream is None:
+            raise RuntimeError("this StepInfo has no stream: it belongs to no running step")
+        return self._stream(name)
 
     @property
     def cancel_requested(self) -> bool:
@@ -324,6 +337,14 @@ class Ctx:
     def signal_workflow(self, workflow_id: str, signal: SignalDef[T], value: T = None) -> Awaitable[None]:  # type: ignore[assignment]
         """Sends a signal to another workflow, exactly once, once this run's journal is durable."""
         return self._run.op_send(workflow_id, signal, value)
+
+    def stream(self, name: str) -> Any:
+        """A stream workflow code writes: ``await w.write(chunk)``, ``await w.close()``.
+
+        Readers (``engine.read_stream``) see durable chunks in order, never
+        changed; replay writes nothing again.
+        """
+        return self._run.op_stream(name)
 
     def now(self) -> datetime.datetime:
         """The current time (UTC), recorded: replay returns the same value."""

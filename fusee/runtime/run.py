@@ -772,6 +772,12 @@ class Run:
             self.append(r)
         return value
 
+    def op_stream(self, name: str) -> Any:
+        self._check()
+        from fusee.runtime.streams import WorkflowStream
+
+        return WorkflowStream(self, name)
+
     def op_now(self) -> datetime.datetime:
         self._check()
         try:

@@ -109,6 +109,8 @@ class Runtime:
         self.stuck_errors: dict[str, FuseeError] = {}
         self._token = 0
         self._codes: dict[tuple[str, int], int] = {}
+        #: Stream readers waiting for the next flush.
+        self.stream_readers: list[asyncio.Future[None]] = []
         self._tasks: set[asyncio.Task[Any]] = set()
         self.closed = False
         #: Closing: running step functions finish, no new one starts.
@@ -891,6 +893,20 @@ class Runtime:
     def on_durable(self, durable: list[int]) -> None:
         """The committer made more of the log durable."""
         self.steps.on_durable(durable)
+        if self.stream_readers:
+            readers, self.stream_readers = self.stream_readers, []
+            for fut in readers:
+                if not fut.done():
+                    fut.set_result(None)
+
+    async def stream_changed(self, timeout: float | None) -> None:
+        """Waits until more of the log is durable (new chunks may be there), at most ``timeout`` s."""
+        fut: asyncio.Future[None] = self.loop.create_future()
+        self.stream_readers.append(fut)
+        try:
+            await asyncio.wait_for(asyncio.shield(fut), timeout)
+        except TimeoutError:
+            pass
 
     # --- checkpoints --------------------------------------------------------------
 

@@ -28,6 +28,7 @@ from fusee.core import records as rec
 from fusee.errors import SerializationError, StepTimeout
 from fusee.runtime.context import CURRENT_STEP, StepInfo
 from fusee.runtime.run import Run, StepCall
+from fusee.runtime.streams import StepStream
 from fusee.runtime.tokens import make_token
 
 if TYPE_CHECKING:
@@ -292,6 +293,9 @@ class StepRunner:
         """Journals the step's outcome (delivered before any cancel waiting for it), then settles."""
         self.rt.stats["steps"] += 1
         run.steps.pop(seq, None)
+        if run.machine.owns_streams(seq) and run.machine.step_pending(seq):
+            for end in run.machine.stream_ends(seq, status):
+                run.append(end)  # the result completes the step's streams, just before it
         if run.machine.complete(seq, jm.StepDone(status, payload)):
             run.pump()
         self._settle(run, seq)
@@ -400,6 +404,7 @@ class StepRunner:
             lambda p: self._heartbeat(run, seq, p),
             lambda: run.cancel_pending,
             make_token(run.workflow_id, run.run_id, seq, attempt) if call.is_await else None,
+            lambda name: StepStream(run, seq, name, self.rt.loop),
         )
         return info
 

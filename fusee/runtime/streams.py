@@ -1,0 +1,132 @@
+"""Streams: chunks a run writes as it goes (progress, tokens), read while it runs.
+
+Workflow code writes with ``ctx.stream(name)``; a step's function with
+``info.stream(name)``. Chunks are journal records: a reader sees only durable
+ones, in order, never changed, and one end. A step that runs again (a retry,
+or after a crash) continues after the chunks its earlier attempts recorded:
+its writes of those offsets are checked against what was recorded and
+dropped. A step's result completes the streams it wrote.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from fusee import codec
+from fusee.core import records as rec
+from fusee.errors import StreamError
+
+if TYPE_CHECKING:
+    from fusee.runtime.run import Run
+
+
+class WorkflowStream:
+    """A stream written by workflow code (``ctx.stream(name)``)."""
+
+    __slots__ = ("_name", "_run")
+
+    def __init__(self, run: Run, name: str) -> None:
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"a stream name must be a non-empty string, got {name!r}")
+        self._run = run
+        self._name = name
+        run.machine.stream_open(name, None)
+
+    async def write(self, chunk: Any) -> None:
+        """Appends ``chunk`` (a JSON value); readers see it once it is durable."""
+        r = self._run.machine.stream_append(self._name, None, codec.encode(chunk))
+        if r is not None:
+            self._run.append(r)
+            self._run.rt.flush_soon()
+
+    async def close(self) -> None:
+        """Ends the stream: readers see its end; later writes raise :class:`fusee.errors.StreamError`."""
+        r = self._run.machine.stream_close(self._name, None)
+        if r is not None:
+            self._run.append(r)
+            self._run.rt.flush_soon()
+
+
+class StepStream:
+    """A stream written by a step's function (``info.stream(name)``), from the loop or a thread."""
+
+    __slots__ = ("_loop", "_name", "_recorded", "_run", "_seq", "_skipped")
+
+    def __init__(self, run: Run, seq: int, name: str, loop: asyncio.AbstractEventLoop) -> None:
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"a stream name must be a non-empty string, got {name!r}")
+        self._run, self._seq, self._name, self._loop = run, seq, name, loop
+        opened = _on_loop(loop, lambda: run.machine.stream_open(name, seq))
+        # What earlier attempts of this step recorded: this attempt's first writes repeat them.
+        self._recorded = [
+            r.payload for r in run.journal
+            if type(r) is rec.Chunk and r.stream == name and r.seq == seq
+        ][: opened.recorded]
+        self._skipped = 0
+
+    def write(self, chunk: Any) -> None:
+        """Appends ``chunk`` (a JSON value). A step running again continues after its
+        recorded chunks: rewriting one of them must give the same value (else StreamError)."""
+        payload = codec.encode(chunk)
+        if self._skipped < len(self._recorded):
+            if payload != self._recorded[self._skipped]:
+                raise StreamError(
+                    f"stream '{self._name}': this attempt wrote {payload!r} at offset {self._skipped}, "
+                    f"where an earlier attempt recorded {self._recorded[self._skipped]!r}; a step "
+                    "that runs again must write the same chunks before new ones"
+                )
+            self._skipped += 1
+            return
+        _on_loop(self._loop, lambda: self._append(payload))
+
+    def _append(self, payload: bytes) -> None:
+        r = self._run.machine.stream_append(self._name, self._seq, payload)
+        if r is not None and not self._run.dead:
+            self._run.append(r)
+            self._run.rt.flush_soon()
+
+    def close(self) -> None:
+        """Ends the stream before the step's result does."""
+
+        def close() -> None:
+            r = self._run.machine.stream_close(self._name, self._seq)
+            if r is not None and not self._run.dead:
+                self._run.append(r)
+                self._run.rt.flush_soon()
+
+        _on_loop(self._loop, close)
+
+
+def _on_loop(loop: asyncio.AbstractEventLoop, fn: Callable[[], Any]) -> Any:
+    """Runs ``fn`` on the engine's loop: directly there, or from a thread, waiting for it."""
+    if asyncio.events._get_running_loop() is loop:
+        return fn()
+
+    async def call() -> Any:
+        return fn()
+
+    return asyncio.run_coroutine_threadsafe(call(), loop).result()
+
+
+def durable_chunks(
+    journal: list[rec.Record], lsns: list[int], durable: int, name: str, offset: int
+) -> tuple[list[Any], int, bool]:
+    """(chunk values from ``offset``, the next offset, whether the stream ended), durable ones only."""
+    chunks: list[Any] = []
+    ended = False
+    nxt = offset
+    for r, lsn in zip(journal, lsns, strict=True):
+        if lsn > durable:
+            break
+        t = type(r)
+        if t is rec.Chunk and r.stream == name:  # type: ignore[union-attr]
+            if r.offset >= offset:  # type: ignore[union-attr]
+                chunks.append(codec.decode(r.payload))  # type: ignore[union-attr]
+                nxt = r.offset + 1  # type: ignore[union-attr]
+        elif t is rec.StreamEnd and r.stream == name:  # type: ignore[union-attr]
+            ended = True
+        elif t is rec.Done:
+            ended = True  # the run ended: nothing more comes
+    return chunks, nxt, ended

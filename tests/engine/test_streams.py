@@ -1,0 +1,116 @@
+"""Streams: chunks written by workflow code and by steps, read while the run goes on."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import fusee
+from fusee.core import records as rec
+from fusee.errors import StreamError
+
+go = fusee.signal("go", int)
+ATTEMPTS: list[int] = []
+
+
+def tokens(info: fusee.StepInfo) -> str:
+    ATTEMPTS.append(info.attempt)
+    out = info.stream("tokens")  # a sync function in the step pool: writes from its thread
+    for word in ["durable", "streams", "work"]:
+        out.write(word)
+    if info.attempt == 1:
+        raise ConnectionError("the model dropped the connection")
+    out.write("!")
+    return "done"
+
+
+@fusee.workflow("talker")
+async def talker(ctx: fusee.Ctx) -> str:
+    progress = ctx.stream("progress")
+    await progress.write({"phase": "start"})
+    answer = await ctx.step("generate", tokens, retry=fusee.Retry(attempts=2, initial="1ms"))
+    await progress.write({"phase": "waiting"})
+    await ctx.wait_for(go)
+    await progress.close()
+    return str(answer)
+
+
+async def collect(engine: fusee.Engine, wid: str, name: str, offset: int = 0) -> list[Any]:
+    return [c async for c in engine.read_stream(wid, name, offset)]
+
+
+async def test_readers_follow_workflow_and_step_streams(tmp_path: Path) -> None:
+    ATTEMPTS.clear()
+    async with fusee.Engine.open(tmp_path, workflows=[talker]) as engine:
+        h = await engine.start(talker, "t-1")
+        progress = asyncio.ensure_future(collect(engine, "t-1", "progress"))
+        # The retried step continued after the chunks its first attempt recorded.
+        assert await asyncio.wait_for(collect(engine, "t-1", "tokens"), 10) == [
+            "durable", "streams", "work", "!"]
+        assert ATTEMPTS == [1, 2]
+        chunks, nxt, ended = await engine.read_stream_batch("t-1", "progress", 0, wait="5s")
+        assert chunks[0] == {"phase": "start"} and not ended
+        await h.signal(go, 1)
+        assert await asyncio.wait_for(progress, 10) == [{"phase": "start"}, {"phase": "waiting"}]
+        assert await h.result() == "done"
+        # Reconnect anywhere: the same chunks, never changed.
+        assert await engine.read_stream_batch("t-1", "tokens", 2) == (["work", "!"], 4, True)
+        chunks_recorded = [r for r in await engine.journal("t-1") if isinstance(r, rec.Chunk)]
+        assert [c.offset for c in chunks_recorded if c.stream == "tokens"] == [0, 1, 2, 3]
+    async with fusee.Engine.open(tmp_path, workflows=[talker]) as engine:
+        assert await collect(engine, "t-1", "progress") == [{"phase": "start"}, {"phase": "waiting"}]
+        assert await collect(engine, "t-1", "tokens", 3) == ["!"]
+
+
+async def test_writes_after_close_fail_clearly() -> None:
+    @fusee.workflow("closer")
+    async def closer(ctx: fusee.Ctx) -> str:
+        w = ctx.stream("s")
+        await w.write(1)
+        await w.close()
+        try:
+            await w.write(2)
+        except StreamError as e:
+            return str(e)
+        return "accepted"
+
+    async with fusee.Engine.open(workflows=[closer]) as engine:
+        assert "closed" in await engine.execute(closer, "c-1")
+        assert await engine.read_stream_batch("c-1", "s") == ([1], 1, True)
+
+
+async def test_a_rerun_that_writes_other_chunks_is_refused() -> None:
+    first = threading.Event()
+
+    def fickle(info: fusee.StepInfo) -> int:
+        s = info.stream("s")
+        s.write(info.attempt)  # differs between attempts
+        if not first.is_set():
+            first.set()
+            raise ConnectionError("retry me")
+        return 1
+
+    @fusee.workflow("fickle_wf")
+    async def fickle_wf(ctx: fusee.Ctx) -> str:
+        try:
+            await ctx.step("f", fickle, retry=fusee.Retry(attempts=2, initial="1ms"))
+        except fusee.StepFailed as e:
+            return str(e)
+        return "ok"
+
+    async with fusee.Engine.open(workflows=[fickle_wf]) as engine:
+        assert "earlier attempt recorded" in await engine.execute(fickle_wf, "f-1")
+
+
+async def test_stream_names_are_checked() -> None:
+    @fusee.workflow("bad_name")
+    async def bad_name(ctx: fusee.Ctx) -> None:
+        ctx.stream("")
+
+    async with fusee.Engine.open(workflows=[bad_name]) as engine:
+        with pytest.raises(fusee.WorkflowFailed, match="stream name"):
+            await engine.execute(bad_name, "b-1")
