@@ -52,7 +52,7 @@ async def test_readers_follow_workflow_and_step_streams(tmp_path: Path) -> None:
         assert await asyncio.wait_for(collect(engine, "t-1", "tokens"), 10) == [
             "durable", "streams", "work", "!"]
         assert ATTEMPTS == [1, 2]
-        chunks, nxt, ended = await engine.read_stream_batch("t-1", "progress", 0, wait="5s")
+        chunks, _next, ended = await engine.read_stream_batch("t-1", "progress", 0, wait="5s")
         assert chunks[0] == {"phase": "start"} and not ended
         await h.signal(go, 1)
         assert await asyncio.wait_for(progress, 10) == [{"phase": "start"}, {"phase": "waiting"}]
