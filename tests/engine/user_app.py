@@ -102,8 +102,24 @@ async def approval(ctx: fusee.Ctx, amount: int) -> str:
     return f"{amount} approved by {who}"
 
 
+# --- a talker streaming tokens ------------------------------------------------------------
+
+
+def talk(info: fusee.StepInfo) -> int:
+    out = info.stream("tokens")
+    for i in range(40):
+        out.write(f"tok-{i}")
+        time.sleep(0.01)  # a slow model
+    return 40
+
+
+@fusee.workflow("talker")
+async def talker(ctx: fusee.Ctx) -> int:
+    return int(await ctx.step("talk", talk))
+
+
 async def main() -> None:
-    async with fusee.Engine.open(DIR, workflows=[etl, saga, approval]) as engine:
+    async with fusee.Engine.open(DIR, workflows=[etl, saga, approval, talker]) as engine:
         if MODE == "etl":
             h = await engine.start(etl, "etl-1", 2000, if_running="attach", if_finished="attach")
             emit(started=True)
@@ -131,6 +147,12 @@ async def main() -> None:
             token = os.environ["TOKEN"]
             emit(accepted=await engine.complete(token, "erin"), again=await engine.complete(token, "x"))
             emit(result=await engine.get("ap-1").result())
+        elif MODE in ("stream", "stream-resume"):
+            if MODE == "stream":
+                await engine.start(talker, "talk-1")
+            async for chunk in engine.read_stream("talk-1", "tokens"):
+                emit(chunk=chunk)
+            emit(result=await engine.get("talk-1").result())
         else:
             raise SystemExit(f"unknown mode {MODE}")
 
