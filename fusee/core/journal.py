@@ -1060,6 +1060,8 @@ class RunMachine:
 
     def owns_streams(self, seq: int) -> bool:
         """Some stream belongs to the step at ``seq`` in this life."""
+        if not self._streams:
+            return False
         return any(st.owner == seq for st in self._streams.values())
 
     def stream_len(self, name: str) -> int | None:

@@ -85,6 +85,7 @@ class StepCall:
         attempt: int,
         not_before: int,
         gate: int,
+        described: tuple[bool, bool, Any] | None = None,
     ) -> None:
         self.name = name
         self.fn = fn
@@ -100,7 +101,7 @@ class StepCall:
         self.is_await = False
         #: An attempt that reports no heartbeat for this long fails (None: no limit).
         self.heartbeat_s: float | None = None
-        self.takes_info, self.is_async, _ = describe_fn(fn)
+        self.takes_info, self.is_async, _ = described if described is not None else describe_fn(fn)
 
 
 _fn_cache: dict[Any, tuple[bool, bool, Any]] = {}
@@ -559,6 +560,7 @@ class Run:
     def _run_live(
         self, seq: int, start: jm.StepRun, name: str, fn: Callable[..., Any], retry: Retry | None,
         timeout: Any, read_only: bool, heartbeat_timeout: Any = None, is_await: bool = False,
+        described: tuple[bool, bool, Any] | None = None,
     ) -> None:
         """Hands a live step's (or a completion token's) function to the step runner."""
         call = StepCall(
@@ -570,6 +572,7 @@ class Run:
             start.attempt,
             start.not_before_ms,
             self.machine.gate,
+            described,
         )
         call.is_await = is_await
         if heartbeat_timeout is not None:
@@ -595,12 +598,12 @@ class Run:
             seq, start = self.machine.begin_step(name)
         except DeterminismError as e:
             raise self._determinism(e) from None
-        if result_type is None:
-            result_type = describe_fn(fn)[2]
-        fut = self._new_op(seq, STEP, name, result_type)
+        described = describe_fn(fn)
+        fut = self._new_op(seq, STEP, name, described[2] if result_type is None else result_type)
         if start is not jm.REPLAY:
             assert isinstance(start, jm.StepRun)
-            self._run_live(seq, start, name, fn, retry, timeout, read_only, heartbeat_timeout)
+            self._run_live(seq, start, name, fn, retry, timeout, read_only, heartbeat_timeout,
+                           described=described)
         return fut
 
     def op_await(

@@ -179,9 +179,11 @@ class StepRunner:
         if run.executing.pop(seq, ...) is ...:
             return
         self.executing -= 1
-        self._hb_next.pop((run, seq), None)
-        self._hb_lsn.pop((run, seq), None)
-        run.deliver_cancel_if_settled()
+        if self._hb_lsn:
+            self._hb_next.pop((run, seq), None)
+            self._hb_lsn.pop((run, seq), None)
+        if run.cancel_requests:
+            run.deliver_cancel_if_settled()
         if self.executing == 0 and self._idle is not None and not self._idle.done():
             self._idle.set_result(None)
 
@@ -293,7 +295,7 @@ class StepRunner:
         """Journals the step's outcome (delivered before any cancel waiting for it), then settles."""
         self.rt.stats["steps"] += 1
         run.steps.pop(seq, None)
-        if run.machine.owns_streams(seq) and run.machine.step_pending(seq):
+        if run.machine.owns_streams(seq):
             for end in run.machine.stream_ends(seq, status):
                 run.append(end)  # the result completes the step's streams, just before it
         if run.machine.complete(seq, jm.StepDone(status, payload)):
