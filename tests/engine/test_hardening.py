@@ -526,14 +526,14 @@ async def test_heartbeat_timeout_fails_a_silent_attempt_and_the_next_resumes_fro
         seen.append(info.progress)
         info.heartbeat(7)
         if info.attempt == 1:
-            time.sleep(0.3)  # silent for longer than the heartbeat timeout
+            time.sleep(1.0)  # silent for longer than the heartbeat timeout
         return 7
 
     @fusee.workflow("exporter")
     async def exporter(ctx: fusee.Ctx) -> list[int]:
-        a = await ctx.step("export", export, heartbeat_timeout="100ms",
+        a = await ctx.step("export", export, heartbeat_timeout="400ms",
                            retry=fusee.Retry(attempts=3, initial="1ms"))
-        b = await ctx.step("sync-export", sync_export, heartbeat_timeout="100ms",
+        b = await ctx.step("sync-export", sync_export, heartbeat_timeout="400ms",
                            retry=fusee.Retry(attempts=3, initial="1ms"))
         return [int(a), int(b)]
 
