@@ -43,6 +43,12 @@ class Report:
     continued: int = 0
     patched: int = 0
     client_retries: int = 0
+    terminates: int = 0
+    #: Synchronous step functions the simulated step pool ran.
+    sync_steps: int = 0
+    #: Graceful closes (each followed by a reopen), and requests refused during one.
+    closes: int = 0
+    calls_refused: int = 0
     sim_ms: int = 0
 
     def line(self) -> str:
@@ -69,6 +75,10 @@ COVERAGE = (
     "continued",
     "patched",
     "client_retries",
+    "terminates",
+    "sync_steps",
+    "closes",
+    "calls_refused",
 )
 
 
