@@ -49,6 +49,9 @@ class Report:
     #: Graceful closes (each followed by a reopen), and requests refused during one.
     closes: int = 0
     calls_refused: int = 0
+    #: Closes that began while a step function ran, and cancels acknowledged while one of their run's did.
+    closes_mid_step: int = 0
+    cancels_mid_step: int = 0
     sim_ms: int = 0
 
     def line(self) -> str:
@@ -79,6 +82,8 @@ COVERAGE = (
     "sync_steps",
     "closes",
     "calls_refused",
+    "closes_mid_step",
+    "cancels_mid_step",
 )
 
 

@@ -89,13 +89,13 @@ def build(cfg: SimConfig) -> Plan:
             return ctx.step("charge", blocking, retry=retry(2))
 
         async def charge(info: Any) -> int:
-            v = svc.call(info.key, value, value % 3 == 0, name="charge", hold=hold)
-            effect = svc.effects[-1]
+            effect = len(svc.effects)
             try:
+                v = svc.call(info.key, value, value % 3 == 0, name="charge", hold=hold)
                 # The payment provider answers late; a cancel interrupts the wait.
                 await asyncio.sleep(hold)
             finally:
-                effect.end = svc.clock()
+                svc.effects[effect].end = svc.clock()  # over now (a failed call at once)
             return v
 
         return ctx.step("charge", charge, retry=retry(2))

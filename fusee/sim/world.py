@@ -322,7 +322,11 @@ class World:
         self.closing = True
         self.refused = []
         self.report.closes += 1
-        self.log(f"close: graceful, grace {self.cfg.close_grace_ms} ms")
+        now = self.loop.now
+        running = 0 if self.svc is None else sum(
+            1 for e in self.svc.effects if e.life == life and e.begin <= now < e.end)
+        self.report.closes_mid_step += running > 0
+        self.log(f"close: graceful, grace {self.cfg.close_grace_ms} ms, {running} step function(s) running")
         task = self.loop.create_task(engine.close(grace=self.cfg.close_grace_ms / 1000.0))
 
         def done(t: asyncio.Task[Any]) -> None:
@@ -722,6 +726,10 @@ class World:
         r.sim_ms = int(self.loop.now * 1000)
         r.children = sum(1 for kids in self.obs.children.values() for k, _ in kids
                          if k in self.obs.results)
+        if self.svc is not None:
+            for wid, t in self.obs.cancels.items():
+                r.cancels_mid_step += any(e.owner[0] == wid and e.begin <= t < e.end
+                                          for e in self.svc.effects)
         for name, value in self.plan.counters().items():
             if hasattr(r, name):
                 setattr(r, name, value)
