@@ -452,6 +452,10 @@ class World:
         except errors.UpdateFailed:
             answer = ("update_failed", None)
         except _RETRYABLE as e:
+            if life == self.life and during_close and not isinstance(e, errors.EngineClosed):
+                self._fail_later(f"{_describe(action)} sent during a close raised {type(e).__name__}: "
+                                 f"{e} (expected EngineClosed, nothing applied)")
+                return
             if life == self.life:
                 if during_close and isinstance(e, errors.EngineClosed):
                     self._refused(ix, action)
@@ -475,6 +479,10 @@ class World:
                 self._fail_later(f"{_describe(action)} raised {type(e).__name__}: {e}")
                 return
         if life != self.life:
+            return
+        if during_close:
+            self._fail_later(f"{_describe(action)} sent during a close was answered {answer!r}: "
+                             "expected EngineClosed")
             return
         self.pending[ix] = max(0, self.pending.get(ix, 0) - 1)
         self.acked[ix] = True

@@ -27,6 +27,12 @@ def test_config_is_a_function_of_the_seed() -> None:
     assert all(set(c.mix) == set(JOB_KINDS) and c.mix["order"] > 0 for c in configs)
     for kind in JOB_KINDS:
         assert any(c.mix[kind] > 0 for c in configs)
+    # The step pool, blocking steps and graceful closes vary too.
+    assert {c.step_slots for c in configs} == {1, 2, 4, 8}
+    assert {c.sync_steps_per_mille for c in configs} == {0, 300, 700, 1000}
+    assert any(c.close_every_ms for c in configs) and any(not c.close_every_ms for c in configs)
+    assert all(c.close_grace_ms > c.max_step_ms for c in configs)
+    assert all(c.durable_within_ms > c.max_io_ms for c in configs)
 
 
 def test_engine_options_keep_only_accepted_names() -> None:
