@@ -27,6 +27,8 @@ class Sabotage:
     #: A step covered by a requested cancel starts anyway (and the cancel does
     #: not wait for running steps).
     step_after_cancel: bool = False
+    #: The log's flush runs in the step pool (queues behind step functions).
+    flush_shares_step_pool: bool = False
 
 
 #: The switches in force. Engine code reads them; only tests write them.

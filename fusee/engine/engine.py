@@ -323,7 +323,7 @@ class Engine:
         self._read_only = read_only
         self._committer = GroupCommitter(
             log,
-            run_blocking=env.run_io,
+            run_blocking=env.run_step if sabotage.active.flush_shares_step_pool else env.run_io,
             inline=env.inline_flush,
             on_durable=lambda durable: self._rt.on_durable(durable),
         )

@@ -115,6 +115,8 @@ class Observed:
     queries: dict[str, list[int]] = dataclasses.field(default_factory=dict)
     #: Children per parent: (child ID, close policy).
     children: dict[str, list[tuple[str, str]]] = dataclasses.field(default_factory=dict)
+    #: Acknowledged (durable) cancels: workflow ID -> virtual time of the acknowledgement.
+    cancels: dict[str, float] = dataclasses.field(default_factory=dict)
     #: Online violations (first come first listed).
     violations: list[str] = dataclasses.field(default_factory=list)
 
@@ -287,4 +289,156 @@ def check_all(obs: Observed, snap: Snapshot, service_violations: Iterable[str] =
         out += check_queries(obs, snap)
         out += check_stuck(snap)
         out += check_children(obs, snap)
+    return out
+
+
+# --- step effects against the journal (issue 9) ------------------------------
+
+
+def _run_journal(view: RunView | None, run: str) -> list[r.Record] | None:
+    """The journal of run ``run`` if the snapshot holds it in full (None: cannot tell)."""
+    if view is None or not view.journal:
+        return None
+    start = view.journal[0]
+    if not isinstance(start, r.Start) or str(start.run) != run:
+        return None  # another run of the ID (continued as new, or started again)
+    if view.done is not None and not view.full:
+        return None  # a finished run kept only its start and result
+    return view.journal
+
+
+def _has_outcome(journal: list[r.Record], seq: int) -> bool:
+    return any(isinstance(rec, r.Step) and rec.seq == seq for rec in journal)
+
+
+def _cancelled(journal: list[r.Record]) -> bool:
+    return any(isinstance(rec, (r.Cancel, r.CancelRequest)) for rec in journal)
+
+
+def check_step_outcomes(effects: Iterable[Any], snap: Snapshot, crashed_lives: set[int]) -> list[str]:
+    """No step effect without its outcome journaled (checked once all is finished).
+
+    An effect is a mock-service call that returned (``fusee.sim.service.Effect``).
+    Its step's ``Step`` record must be in the journal, unless a crash took the
+    run back (the step then ran again under the same key, or a cancel covers
+    it) or the run was terminated (a terminated run drops what was running).
+    """
+    out: list[str] = []
+    for e in effects:
+        if not e.ok:
+            continue
+        wid, run, seq = e.owner
+        view = snap.runs.get(wid)
+        journal = _run_journal(view, run)
+        if journal is None or _has_outcome(journal, seq):
+            continue
+        assert view is not None
+        if view.status == "terminated":
+            continue
+        if e.life in crashed_lives and (_cancelled(journal) or view.status == "cancelled"):
+            continue
+        why = "its life crashed but" if e.life in crashed_lives else "no crash took it back and"
+        out.append(
+            f"step {e.name!r} of {wid} ({e.key}) had its effect at {e.begin * 1000:.3f} ms "
+            f"(life {e.life}), but {why} its outcome is not in the journal"
+        )
+    return out
+
+
+def check_durable(due: Iterable[Any], snap: Snapshot, what: str) -> list[str]:
+    """Steps that finished long enough before a crash (or before a graceful close) are durable.
+
+    ``due``: the effects (``Effect``) whose functions returned that long ago.
+    """
+    out: list[str] = []
+    for e in due:
+        if not e.ok:
+            continue
+        wid, run, seq = e.owner
+        view = snap.runs.get(wid)
+        journal = _run_journal(view, run)
+        if journal is None or _has_outcome(journal, seq):
+            continue
+        assert view is not None
+        if view.status == "terminated":
+            continue
+        out.append(
+            f"step {e.name!r} of {wid} ({e.key}) finished at {e.end * 1000:.3f} ms, {what}, "
+            "but its outcome was not durable"
+        )
+    return out
+
+
+def check_cancel_gate(effects: Iterable[Any], cancels: dict[str, float],
+                      seen: dict[str, list[tuple[int, float]]]) -> list[str]:
+    """After a durable cancel no execution of a step of its run begins until the code saw ``Cancelled``.
+
+    ``cancels``: workflow ID -> virtual time its cancel was acknowledged
+    (durable); ``seen``: workflow ID -> [(life, virtual time)] the code
+    caught ``Cancelled`` (steps it starts then are compensation).
+    """
+    out: list[str] = []
+    for e in effects:
+        wid, _, _ = e.owner
+        t_ack = cancels.get(wid)
+        if t_ack is None or e.begin < t_ack:
+            continue
+        if any(life == e.life and t <= e.begin for life, t in seen.get(wid, ())):
+            continue
+        out.append(
+            f"step {e.name!r} of {wid} ({e.key}) began at {e.begin * 1000:.3f} ms, after its "
+            f"cancel was durable ({t_ack * 1000:.3f} ms) and before the code saw Cancelled"
+        )
+    return out
+
+
+def check_compensation(effects: Iterable[Any], effect: str = "charge",
+                       compensation: str = "refund") -> list[str]:
+    """A compensation never runs before the effect it follows has finished (or after it begins again)."""
+    effs = list(effects)
+    done: dict[tuple[str, str], list[Any]] = {}
+    for e in effs:
+        if e.name == effect:
+            wid, run, _ = e.owner
+            done.setdefault((wid, run), []).append(e)
+    out: list[str] = []
+    for c in effs:
+        if c.name != compensation:
+            continue
+        wid, run, _ = c.owner
+        for e in done.get((wid, run), ()):
+            if e.end > c.begin:
+                out.append(
+                    f"{compensation} of {wid} ({c.key}) ran at {c.begin * 1000:.3f} ms, before the "
+                    f"{effect} it compensates (began {e.begin * 1000:.3f} ms, finished "
+                    f"{e.end * 1000:.3f} ms) was over"
+                )
+    return out
+
+
+def check_refused(refused: Iterable[tuple[str, str, str]], snap: Snapshot) -> list[str]:
+    """Requests refused while the engine closed left no trace.
+
+    ``refused``: (kind, workflow ID, detail): kind "start", "cancel",
+    "terminate", "update" (detail: update ID) or "signal" (detail: dedup value).
+    """
+    out: list[str] = []
+    for kind, wid, detail in refused:
+        view = snap.runs.get(wid)
+        journal = view.journal if view is not None else None
+        hit = False
+        if kind == "start":
+            hit = journal is not None
+        elif journal is None:
+            continue
+        elif kind == "cancel":
+            hit = _cancelled(journal)
+        elif kind == "terminate":
+            hit = any(isinstance(rec, r.Done) and rec.status == r.Status.TERMINATED for rec in journal)
+        elif kind == "update":
+            hit = any(isinstance(rec, r.Update) and rec.id == detail for rec in journal)
+        elif kind == "signal":
+            hit = any(isinstance(rec, r.Signal) and str(rec.dedup) == detail for rec in journal)
+        if hit:
+            out.append(f"{kind} of {wid} was refused (EngineClosed) during a close, yet it was applied")
     return out

@@ -20,7 +20,13 @@ JOB_KINDS: tuple[str, ...] = (
     "patchy",
     "parent",
     "reader",
+    "saga",
 )
+
+
+#: Flush intervals (each at most ``max_io_ms``) after which a finished step's
+#: outcome must be durable (see ``SimConfig.durable_within_ms``).
+DURABLE_FLUSHES = 10
 
 
 @dataclasses.dataclass
@@ -56,6 +62,17 @@ class SimConfig:
     blob_threshold: int = 256 << 10
     #: Every acknowledged workflow must finish within this long once faults stop.
     settle_ms: int = 60_000
+    #: The simulated step pool: synchronous step functions running at once.
+    step_slots: int = 4
+    #: A synchronous step function holds its slot between 0 and this long.
+    max_step_ms: float = 2.0
+    #: Chance (per mille) that a step of the built-in workload is a
+    #: synchronous (blocking) function rather than a coroutine.
+    sync_steps_per_mille: int = 500
+    #: Mean time between graceful closes with a reopen (0: never).
+    close_every_ms: int = 0
+    #: ``Engine.close(grace=...)`` in virtual ms.
+    close_grace_ms: int = 1_000
     #: Relative weight of each job kind in the built-in workload.
     mix: dict[str, int] = dataclasses.field(default_factory=lambda: dict.fromkeys(JOB_KINDS, 1))
 
@@ -64,9 +81,13 @@ class SimConfig:
         """The configuration seed ``seed`` stands for (the same on every machine)."""
         r = random.Random(seed)
         crash_every = r.choice([0, 150, 400, 900])
-        mix = {kind: r.choice([0, 1, 2, 3]) for kind in JOB_KINDS}
+        mix = {kind: r.choice([0, 1, 2, 3]) for kind in JOB_KINDS if kind != "saga"}
         # Orders are the backbone (pingers and approvals target them).
         mix["order"] = 4 + r.randrange(5)
+        # Knobs added later draw from their own stream, so older knobs keep their values.
+        s = random.Random(f"steps-{seed}")
+        mix["saga"] = s.choice([0, 1, 2, 3])
+        max_step_ms = s.choice([1.0, 5.0, 20.0, 60.0])
         return cls(
             seed=seed,
             shards=1 + r.randrange(4),
@@ -84,6 +105,12 @@ class SimConfig:
             checkpoint_every=r.choice([25, 200, 200_000]),
             blob_threshold=r.choice([256 << 10, 256 << 10, 64, 512]),
             settle_ms=60_000,
+            step_slots=s.choice([1, 2, 4, 8]),
+            max_step_ms=max_step_ms,
+            sync_steps_per_mille=s.choice([0, 300, 700, 1000]),
+            close_every_ms=s.choice([0, 0, 300, 800]),
+            # Long enough for any step function to finish (they hold a slot at most max_step_ms).
+            close_grace_ms=int(max_step_ms) + 50 + s.randrange(200),
             mix=mix,
         )
 
@@ -96,8 +123,20 @@ class SimConfig:
             f"flush_fail={self.flush_fail_per_mille}/1000 max_io_ms={self.max_io_ms} "
             f"max_msg_ms={self.max_msg_ms} clock_jump_ms={self.clock_jump_ms} "
             f"park_after_ms={self.park_after_ms} checkpoint_ms={self.checkpoint_interval_ms} "
-            f"checkpoint_every={self.checkpoint_every} segment_bytes={self.segment_bytes} blob_threshold={self.blob_threshold} mix={mix}"
+            f"checkpoint_every={self.checkpoint_every} segment_bytes={self.segment_bytes} blob_threshold={self.blob_threshold} "
+            f"step_slots={self.step_slots} max_step_ms={self.max_step_ms} sync_steps={self.sync_steps_per_mille}/1000 "
+            f"close_every_ms={self.close_every_ms} close_grace_ms={self.close_grace_ms} mix={mix}"
         )
+
+    @property
+    def durable_within_ms(self) -> float:
+        """How soon finished work must be durable: ``DURABLE_FLUSHES`` flushes of the slowest I/O.
+
+        One flush is one blocking storage call (at most ``max_io_ms``); a
+        record appended while one is in flight goes with the next, so two
+        would do; the margin covers a checkpoint and the loop's own turns.
+        """
+        return DURABLE_FLUSHES * self.max_io_ms + 1.0
 
     def engine_options(self, accepted: frozenset[str] | None = None) -> dict[str, Any]:
         """Keyword arguments for ``Engine.open`` (only those in ``accepted``, if given)."""

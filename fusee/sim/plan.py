@@ -41,6 +41,13 @@ class Cancel:
 
 
 @dataclasses.dataclass(frozen=True)
+class Terminate:
+    """Terminate ``id`` (once its start was acknowledged)."""
+
+    id: str
+
+
+@dataclasses.dataclass(frozen=True)
 class Update:
     """Send ``update`` with ``value`` to ``id`` under ``update_id`` (resent with the same ID)."""
 
@@ -59,7 +66,7 @@ class Query:
     monotonic: bool = False
 
 
-Action = Start | Signal | Cancel | Update | Query
+Action = Start | Signal | Cancel | Terminate | Update | Query
 
 
 @dataclasses.dataclass
@@ -77,3 +84,5 @@ class Plan:
     service_violations: Callable[[], list[str]] = lambda: []
     #: Extra coverage counters the plan keeps (name -> current value).
     counters: Callable[[], dict[str, int]] = lambda: {}
+    #: The mock service whose effects the step checkers read (``fusee.sim.service.Service``), if any.
+    service: Any = None

@@ -49,6 +49,15 @@ class Report:
     continued: int = 0
     patched: int = 0
     client_retries: int = 0
+    terminates: int = 0
+    #: Synchronous step functions the simulated step pool ran.
+    sync_steps: int = 0
+    #: Graceful closes (each followed by a reopen), and requests refused during one.
+    closes: int = 0
+    calls_refused: int = 0
+    #: Closes that began while a step function ran, and cancels acknowledged while one of their run's did.
+    closes_mid_step: int = 0
+    cancels_mid_step: int = 0
     sim_ms: int = 0
 
     def line(self) -> str:
@@ -78,6 +87,12 @@ COVERAGE = (
     "continued",
     "patched",
     "client_retries",
+    "terminates",
+    "sync_steps",
+    "closes",
+    "calls_refused",
+    "closes_mid_step",
+    "cancels_mid_step",
 )
 
 

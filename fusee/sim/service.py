@@ -11,6 +11,7 @@ may run ahead of the disk); re-reads with a new input are counted instead.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 _FNV_OFFSET = 0xCBF29CE484222325
 _FNV_PRIME = 0x100000001B3
@@ -32,6 +33,35 @@ def _mix(seed: int, salt: int, key: str, input: int, n: int) -> int:
     return h % 1_000_000
 
 
+def stable_hash(seed: int, name: str, n: int) -> int:
+    """A hash of ``name`` and ``n`` that is the same in every process (seeded)."""
+    return _mix(seed, 0x3, name, n, 0)
+
+
+@dataclasses.dataclass
+class Effect:
+    """One call with effects, with the virtual times it began and finished.
+
+    ``key`` is the step's idempotency key (``workflow ID/run/seq``); ``life``
+    the process life it ran in; ``ok`` whether it returned a value (a
+    transient failure has no outcome of its own to journal).
+    """
+
+    key: str
+    name: str
+    input: int
+    begin: float
+    end: float
+    life: int
+    ok: bool = True
+
+    @property
+    def owner(self) -> tuple[str, str, int]:
+        """(workflow ID, run, seq) of the step the key names."""
+        wid, run, seq = self.key.rsplit("/", 2)
+        return wid, run, int(seq)
+
+
 @dataclasses.dataclass
 class Service:
     """The service's log; every field is plain data a checker can read."""
@@ -49,17 +79,49 @@ class Service:
     reads_rerun: int = 0
     #: Calls that failed on purpose (transient failures).
     failures: int = 0
+    #: Every call with effects, in call order, with its virtual times.
+    effects: list[Effect] = dataclasses.field(default_factory=list)
+    #: When workflow code saw ``Cancelled``: workflow ID -> [(life, virtual time)].
+    cancels_seen: dict[str, list[tuple[int, float]]] = dataclasses.field(default_factory=dict)
+    #: The world's virtual clock and current process life (set by the world).
+    clock: Callable[[], float] = lambda: 0.0
+    life: Callable[[], int] = lambda: 0
+    #: Seconds the synchronous step function that just ran holds its pool slot
+    #: (set by the function, taken by the simulated step pool right after it returns).
+    next_hold: float = 0.0
+
+    def take_hold(self) -> float:
+        """The hold the last synchronous step function asked for (0 if none)."""
+        hold, self.next_hold = self.next_hold, 0.0
+        return hold
+
+    def saw_cancel(self, wid: str) -> None:
+        """Workflow code of ``wid`` caught ``Cancelled`` now."""
+        self.cancels_seen.setdefault(wid, []).append((self.life(), self.clock()))
+
+    def life_ended(self, life: int, t: float) -> None:
+        """Process life ``life`` died at ``t``: nothing of it runs on after that."""
+        for e in reversed(self.effects):
+            if e.life != life:
+                break
+            e.end = min(e.end, t)
 
     def _violation(self, message: str) -> None:
         if len(self.violations) < 16:
             self.violations.append(message)
 
-    def call(self, key: str, input: int, fail_first: int = 0) -> int:
+    def call(self, key: str, input: int, fail_first: int = 0, *, name: str = "",
+             hold: float = 0.0) -> int:
         """A call with effects. Its first ``fail_first`` calls per key fail transiently.
 
+        ``hold``: virtual seconds the calling step function goes on for after
+        the call (its effect happens now, it finishes that much later).
         Records a violation if ``key`` was called before with another input.
         """
         self.total += 1
+        now = self.clock()
+        effect = Effect(key, name, input, now, now + hold, self.life())
+        self.effects.append(effect)
         log = self.calls.setdefault(key, [])
         if log and log[0] != input:
             self._violation(
@@ -70,6 +132,7 @@ class Service:
         n = len(log)
         if n <= fail_first:
             self.failures += 1
+            effect.ok = False
             raise TransientError(f"transient failure {n} of {key}")
         return _mix(self.seed, 0x1, key, input, n)
 

@@ -15,8 +15,8 @@ from typing import Any
 
 import fusee
 from fusee.sim.config import SimConfig
-from fusee.sim.plan import Cancel, Plan, Query, Signal, Start, Update
-from fusee.sim.service import Service
+from fusee.sim.plan import Cancel, Plan, Query, Signal, Start, Terminate, Update
+from fusee.sim.service import Service, stable_hash
 
 approve = fusee.signal("approve", int)
 close = fusee.signal("close", int)
@@ -50,13 +50,55 @@ def build(cfg: SimConfig) -> Plan:
     deployment = Deployment()
     counts = {"patched": 0, "continued": 0}
 
+    max_step_s = cfg.max_step_ms / 1000.0
+
+    def is_sync(name: str, value: int) -> bool:
+        return stable_hash(cfg.seed, name, value) % 1000 < cfg.sync_steps_per_mille
+
+    def hold_of(name: str, value: int, least: float = 0.0) -> float:
+        """Seconds a synchronous function blocks its pool slot (seeded)."""
+        return least + (stable_hash(cfg.seed ^ 0x5EED, name, value) % 1001) / 1000.0 * max_step_s
+
     def call(ctx: Any, name: str, value: int, fail_first: int = 0) -> Any:
+        if is_sync(name, value):
+            hold = hold_of(name, value)
+
+            def blocking(info: Any) -> int:
+                # A blocking call: its effect happens now and it holds its
+                # pool slot for ``hold`` simulated seconds.
+                svc.next_hold = hold
+                return svc.call(info.key, value, fail_first, name=name, hold=hold)
+
+            return ctx.step(name, blocking, retry=retry(fail_first + 2))
+
         async def fn(info: Any) -> int:
             # The service takes a little simulated time, depending on load.
             await asyncio.sleep(((svc.total + value) % 3) / 1000.0)
-            return svc.call(info.key, value, fail_first)
+            return svc.call(info.key, value, fail_first, name=name)
 
         return ctx.step(name, fn, retry=retry(fail_first + 2))
+
+    def slow_charge(ctx: Any, value: int) -> Any:
+        """A slow charge: a blocking function or a coroutine whose effect comes first."""
+        hold = hold_of("charge", value, least=0.005)
+        if value % 2 == 0:
+            def blocking(info: Any) -> int:
+                svc.next_hold = hold
+                return svc.call(info.key, value, value % 3 == 0, name="charge", hold=hold)
+
+            return ctx.step("charge", blocking, retry=retry(2))
+
+        async def charge(info: Any) -> int:
+            effect = len(svc.effects)
+            try:
+                v = svc.call(info.key, value, value % 3 == 0, name="charge", hold=hold)
+                # The payment provider answers late; a cancel interrupts the wait.
+                await asyncio.sleep(hold)
+            finally:
+                svc.effects[effect].end = svc.clock()  # over now (a failed call at once)
+            return v
+
+        return ctx.step("charge", charge, retry=retry(2))
 
     def read(ctx: Any, name: str, value: int, fail_first: int = 0) -> Any:
         async def fn(info: Any) -> int:
@@ -71,18 +113,36 @@ def build(cfg: SimConfig) -> Plan:
 
     @fusee.workflow("order")
     async def order(ctx: fusee.Ctx, n: int) -> int:
-        quote = await call(ctx, "quote", n)
-        charge = await call(ctx, "charge", quote, 2)
         try:
-            await ctx.sleep("cool-off", 0.003)
-            approved = await ctx.wait_for(approve, timeout=0.06)
+            quote = await call(ctx, "quote", n)
+            charge = await call(ctx, "charge", quote, 2)
+            try:
+                await ctx.sleep("cool-off", 0.003)
+                approved = await ctx.wait_for(approve, timeout=0.06)
+            except fusee.Cancelled:
+                svc.saw_cancel(ctx.workflow_id)
+                # Compensation runs after a cancellation, then the run ends cancelled.
+                await call(ctx, "refund", charge)
+                raise
+            if approved is None:
+                return int(await call(ctx, "refund", charge))
+            return int(await ctx.child(ship, f"{ctx.workflow_id}/ship", charge ^ approved))
         except fusee.Cancelled:
-            # Compensation runs after a cancellation, then the run ends cancelled.
-            await call(ctx, "refund", charge)
+            svc.saw_cancel(ctx.workflow_id)
             raise
-        if approved is None:
-            return int(await call(ctx, "refund", charge))
-        return int(await ctx.child(ship, f"{ctx.workflow_id}/ship", charge ^ approved))
+
+    @fusee.workflow("saga")
+    async def saga(ctx: fusee.Ctx, n: int) -> int:
+        # A charge that takes a while, compensated by a refund when cancelled
+        # (whether or not the charge's outcome is known).
+        try:
+            charged = int(await slow_charge(ctx, n))
+            await ctx.sleep("settle", 0.002)
+            return int(await call(ctx, "confirm", charged))
+        except fusee.Cancelled:
+            svc.saw_cancel(ctx.workflow_id)
+            await call(ctx, "refund", n)
+            raise
 
     @fusee.workflow("fanout")
     async def fanout(ctx: fusee.Ctx, n: int) -> int:
@@ -97,7 +157,7 @@ def build(cfg: SimConfig) -> Plan:
 
     @fusee.workflow("counter")
     async def counter(ctx: fusee.Ctx) -> int:
-        state = {"total": 0}
+        state = {"total": 0, "running": 0}
         ctx.on_query(total_query, lambda: state["total"])
 
         def validate(v: int) -> None:
@@ -105,12 +165,20 @@ def build(cfg: SimConfig) -> Plan:
                 raise ValueError(f"{v} is too large: add takes less than 1000")
 
         async def apply(v: int) -> int:
-            r = int(await call(ctx, "apply", v))
+            state["running"] += 1
+            try:
+                r = int(await call(ctx, "apply", v))
+            finally:
+                state["running"] -= 1
             state["total"] += r % 100
             return state["total"]
 
         ctx.on_update(add, apply, validator=validate)
         await ctx.wait_for(close, timeout=0.15)
+        # Let running handlers finish first: a run that ends under a running
+        # step drops the step's outcome (its effect stays: see docs/sim.md).
+        while state["running"]:
+            await ctx.sleep("drain", 0.001)
         return state["total"]
 
     @fusee.workflow("looper")
@@ -158,11 +226,12 @@ def build(cfg: SimConfig) -> Plan:
         c = int(await call(ctx, "store", b, 1))
         return int(await read(ctx, "verify", c))
 
-    workflows = [order, ship, fanout, pinger, counter, looper, patchy, kid, parent, reader]
+    workflows = [order, ship, fanout, pinger, counter, looper, patchy, kid, parent, reader, saga]
     plan = Plan(
         workflows=workflows,
         on_crash=[deployment.deploy],
         service_violations=lambda: list(svc.violations),
+        service=svc,
         counters=lambda: {
             "reads_rerun": svc.reads_rerun,
             "service_calls": svc.total,
@@ -174,6 +243,7 @@ def build(cfg: SimConfig) -> Plan:
     _plan_client(cfg, plan, {
         "order": order, "fanout": fanout, "pinger": pinger, "counter": counter,
         "looper": looper, "patchy": patchy, "parent": parent, "reader": reader,
+        "saga": saga,
     })
     return plan
 
@@ -211,6 +281,13 @@ def _plan_client(cfg: SimConfig, plan: Plan, defs: dict[str, Any]) -> None:
                 plan.actions.append((t + 1 + rng.randrange(80), Signal(wid, approve, rng.randrange(1000), f"{wid}/approve")))
             if rng.random() < 0.12:
                 plan.actions.append((t + rng.randrange(40), Cancel(wid)))
+        elif kind == "saga":
+            roll = rng.random()
+            if roll < 0.4:
+                # Cancels and terminates that land while the charge runs.
+                plan.actions.append((t + rng.randrange(60), Cancel(wid)))
+            elif roll < 0.55:
+                plan.actions.append((t + rng.randrange(60), Terminate(wid)))
         elif kind == "counter":
             for u in range(1 + rng.randrange(4)):
                 t2 = t + 1 + rng.randrange(120)

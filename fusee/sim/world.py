@@ -23,12 +23,13 @@ from typing import Any
 
 import fusee
 from fusee import errors
+from fusee.runtime.table import dedup_key
 from fusee.sim import checkers, workload
 from fusee.sim.checkers import Observed, Outcome, RunView, Snapshot
 from fusee.sim.config import SimConfig
 from fusee.sim.env import SimEnv
 from fusee.sim.loop import SimDeadlock, SimLoop
-from fusee.sim.plan import Action, Cancel, Plan, Signal, Start, Update
+from fusee.sim.plan import Action, Cancel, Plan, Signal, Start, Terminate, Update
 from fusee.sim.report import Report
 from fusee.storage.log import SharedLog
 from fusee.storage.simdisk import SimDisk
@@ -74,7 +75,7 @@ class Result:
 
 
 # Event kinds, ordered by the heap after (time, sequence).
-_CLIENT, _CRASH, _RESTART = "client", "crash", "restart"
+_CLIENT, _CRASH, _RESTART, _CLOSE, _REOPEN = "client", "crash", "restart", "close", "reopen"
 
 # Errors after which a request is retried (the engine was not able to take it now).
 _RETRYABLE: tuple[type[BaseException], ...] = (errors.Busy, errors.EngineClosed, errors.StorageError)
@@ -125,6 +126,20 @@ class World:
         self._torn_before = 0
         self._target = float("inf")
         self._accepted: frozenset[str] | None = None
+        self.env: SimEnv | None = None
+        #: A graceful close is under way (requests sent now must be refused cleanly).
+        self.closing = False
+        #: Lives that ended in a crash (or a supervisor restart), not a graceful close.
+        self.crashed_lives: set[int] = set()
+        #: Client attempts in flight per action, and actions an attempt of which may have been applied.
+        self.inflight: dict[int, int] = {}
+        self.maybe_applied: set[int] = set()
+        #: Requests refused during the current close: (kind, workflow ID, detail) for ``check_refused``.
+        self.refused: list[tuple[str, str, str]] = []
+        self.svc: Any = self.plan.service
+        if self.svc is not None:
+            self.svc.clock = lambda: self.loop.time()
+            self.svc.life = lambda: self.life
 
     # --- the trace ------------------------------------------------------------
 
@@ -165,6 +180,12 @@ class World:
 
     def _io_latency(self) -> float:
         return self.rng.uniform(0.00005, max(0.00005, self.cfg.max_io_ms / 1000.0))
+
+    def _step_latency(self) -> float:
+        """Seconds a synchronous step function holds its pool slot."""
+        if self.svc is not None:
+            return float(self.svc.take_hold())  # the workload's functions say how long they block
+        return self.rng.uniform(0.0, self.cfg.max_step_ms / 1000.0)
 
     def _msg_latency(self) -> float:
         return self.rng.uniform(0.0, self.cfg.max_msg_ms / 1000.0)
@@ -227,7 +248,9 @@ class World:
             self.loop = SimLoop(start=self.t)
             env = SimEnv(self.disk, random.Random(self.rng.getrandbits(64)), self.loop,
                          self._io_latency, message_latency=self._msg_latency,
-                         clock_offset_ms=self.clock_offset_ms, after_io=self._after_io)
+                         clock_offset_ms=self.clock_offset_ms, after_io=self._after_io,
+                         step_slots=self.cfg.step_slots, step_latency=self._step_latency)
+            self.env = env
             self.opening = True
             try:
                 self.engine = self._drive(
@@ -277,11 +300,9 @@ class World:
             self.log("restart: the supervisor kills the process after its log failed")
         else:
             self.report.crashes += 1
-        self.dead.append(self.loop)
-        self._add_engine_stats()
-        self.engine = None
-        for hook in self.plan.on_crash:
-            hook()
+        due = self._due_at_crash(kind)
+        self.crashed_lives.add(self.life)
+        self._end_life()
         if kind == _RESTART or self.disk.killed or self.kill_rng.random() < 0.5:
             # The process dies, the machine stays up: the page cache keeps unsynced writes,
             # which a later power loss (of any later life) may still drop or tear.
@@ -302,9 +323,90 @@ class World:
         self._open()
         self.log(f"recovered (life {self.life})")
         self.watched.clear()
-        self._after_recovery()
+        bound = self.cfg.durable_within_ms
+        self._after_recovery(lambda snap: checkers.check_durable(
+            due, snap, f"more than {bound:.1f} ms before the crash at {self.t * 1000:.3f} ms"))
 
-    def _after_recovery(self) -> None:
+    def _due_at_crash(self, kind: str) -> list[Any]:
+        """Effects of this life whose steps finished long enough before the crash to be durable."""
+        if self.svc is None:
+            return []
+        self.svc.life_ended(self.life, self.t)
+        engine = self.engine
+        if (kind == _RESTART or self.restart_pending or self.opening
+                or (engine is not None and engine.failure is not None)):
+            return []  # the log failed: what it had not flushed is lost, as promised
+        limit = self.t - self.cfg.durable_within_ms / 1000.0
+        return [e for e in self.svc.effects if e.life == self.life and e.ok and e.end <= limit]
+
+    def _end_life(self) -> None:
+        """The current life is over: its engine is gone and new code may be deployed."""
+        self.dead.append(self.loop)
+        self._add_engine_stats()
+        self.engine = None
+        self.closing = False
+        for ix, n in self.inflight.items():
+            if n:
+                self.maybe_applied.add(ix)  # it died in flight: perhaps applied
+        self.inflight.clear()
+        for hook in self.plan.on_crash:
+            hook()
+
+    # --- graceful closes ----------------------------------------------------------
+
+    def _begin_close(self) -> None:
+        """``engine.close(grace=...)`` with steps in flight; a reopen follows once it returns."""
+        engine, life = self.engine, self.life
+        self.closing = True
+        self.refused = []
+        self.report.closes += 1
+        now = self.loop.now
+        running = 0 if self.svc is None else sum(
+            1 for e in self.svc.effects if e.life == life and e.begin <= now < e.end)
+        self.report.closes_mid_step += running > 0
+        self.log(f"close: graceful, grace {self.cfg.close_grace_ms} ms, {running} step function(s) running")
+        task = self.loop.create_task(engine.close(grace=self.cfg.close_grace_ms / 1000.0))
+
+        def done(t: asyncio.Task[Any]) -> None:
+            if life != self.life:
+                return
+            exc = None if t.cancelled() else t.exception()
+            if isinstance(exc, errors.StorageError):
+                # The log failed during the close (its checkpoint said so): the supervisor
+                # restarts the process, as after any failed log.
+                self.log(f"close: the log failed ({type(exc).__name__}); restarting")
+                if not self.restart_pending:
+                    self.restart_pending = True
+                    self._at(self.loop.now + 0.001, _RESTART)
+                return
+            if t.cancelled() or exc is not None:
+                err = "cancelled" if t.cancelled() else repr(exc)
+                self._fail_later(f"engine.close raised {err}")
+                return
+            self._at(self.loop.now, _REOPEN, life)
+
+        task.add_done_callback(done)
+
+    def _reopen(self) -> None:
+        """The process exits after a graceful close and starts again (no writes lost)."""
+        self.t = self.loop.now
+        closed_life = self.life
+        self.log("closed; the process exits and starts again")
+        self._end_life()
+        self._open()
+        self.log(f"reopened (life {self.life})")
+        self.watched.clear()
+        due = [] if self.svc is None else [e for e in self.svc.effects
+                                           if e.life == closed_life and e.ok]
+        refused, self.refused = self.refused, []
+
+        def check(snap: Snapshot) -> list[str]:
+            return (checkers.check_durable(due, snap, "before a graceful close returned")
+                    + checkers.check_refused(refused, snap))
+
+        self._after_recovery(check)
+
+    def _after_recovery(self, extra: Any = None) -> None:
         # Requests in flight died with the process: the client sends them again.
         self.pending = {}
         for _, _, kind, ix in self._events:
@@ -315,7 +417,7 @@ class World:
                 self.report.client_retries += 1
                 self._schedule_action(ix, self.loop.now + 0.001)
         self._watch_all()
-        self._check(final=False)
+        self._check(final=False, extra=extra)
 
     # --- the client -------------------------------------------------------------
 
@@ -363,6 +465,8 @@ class World:
             self.log(f"result {wid} {outcome.status} {outcome.value!r}")
 
     def _engine_trouble(self, e: BaseException) -> None:
+        if self.closing and isinstance(e, errors.EngineClosed):
+            return  # closing on purpose: the reopen follows
         if isinstance(e, (errors.EngineClosed, errors.StorageError)) and not self.restart_pending:
             self.log(f"engine unavailable ({type(e).__name__}); the supervisor will restart it")
             self.restart_pending = True
@@ -378,19 +482,32 @@ class World:
             self._schedule_action(ix, self.loop.now + 0.005)
             return
         self.pending[ix] = self.pending.get(ix, 0) + 1
-        self.loop.create_task(self._client(ix, self.life))
+        self.inflight[ix] = self.inflight.get(ix, 0) + 1
+        self.loop.create_task(self._client(ix, self.life, self.closing))
 
-    async def _client(self, ix: int, life: int) -> None:
+    async def _client(self, ix: int, life: int, during_close: bool) -> None:
         engine = self.engine
         action = self.actions[ix]
         try:
-            answer = await self._request(engine, action)
+            try:
+                answer = await self._request(engine, action)
+            finally:
+                if life == self.life:
+                    self.inflight[ix] = max(0, self.inflight.get(ix, 0) - 1)
         except errors.UpdateRejected:
             answer = ("rejected", None)
         except errors.UpdateFailed:
             answer = ("update_failed", None)
         except _RETRYABLE as e:
+            if life == self.life and during_close and not isinstance(e, errors.EngineClosed):
+                self._fail_later(f"{_describe(action)} sent during a close raised {type(e).__name__}: "
+                                 f"{e} (expected EngineClosed, nothing applied)")
+                return
             if life == self.life:
+                if during_close and isinstance(e, errors.EngineClosed):
+                    self._refused(ix, action)
+                else:
+                    self.maybe_applied.add(ix)
                 self.pending[ix] = max(0, self.pending.get(ix, 0) - 1)
                 self.log(f"{_describe(action)}: {type(e).__name__}; again later")
                 self.report.client_retries += 1
@@ -410,9 +527,33 @@ class World:
                 return
         if life != self.life:
             return
+        if during_close:
+            self._fail_later(f"{_describe(action)} sent during a close was answered {answer!r}: "
+                             "expected EngineClosed")
+            return
         self.pending[ix] = max(0, self.pending.get(ix, 0) - 1)
         self.acked[ix] = True
         self._observe(action, answer)
+
+    def _refused(self, ix: int, action: Action) -> None:
+        """A request sent during a close was refused: unless another attempt may have landed, it left no trace."""
+        self.report.calls_refused += 1
+        if self.inflight.get(ix, 0) or ix in self.maybe_applied:
+            return
+        if isinstance(action, Start):
+            self.refused.append(("start", action.id, ""))
+        elif isinstance(action, Signal) and action.key:
+            self.refused.append(("signal", action.id, str(dedup_key("client:" + action.key))))
+        elif isinstance(action, Cancel):
+            self.refused.append(("cancel", action.id, ""))
+        elif isinstance(action, Terminate):
+            self.refused.append(("terminate", action.id, ""))
+        elif isinstance(action, Update):
+            for j, other in enumerate(self.actions):
+                if (j != ix and isinstance(other, Update) and other.update_id == action.update_id
+                        and (self.acked[j] or self.inflight.get(j, 0) or j in self.maybe_applied)):
+                    return  # the same update ID sent by another request may have landed
+            self.refused.append(("update", action.id, action.update_id))
 
     def _resolve(self, workflow: Any) -> Any:
         """The plan's definition of ``workflow`` (given as a definition or a name)."""
@@ -435,6 +576,9 @@ class World:
         if isinstance(action, Cancel):
             await engine.cancel(action.id)
             return ("ok", None)
+        if isinstance(action, Terminate):
+            await engine.terminate(action.id)
+            return ("ok", None)
         if isinstance(action, Update):
             return ("ok", await engine.update(action.id, action.update, action.value,
                                               update_id=action.update_id))
@@ -454,6 +598,10 @@ class World:
                 self.report.signals += 1
         elif isinstance(action, Cancel):
             self.report.cancels += status == "ok"
+            if status == "ok":
+                self.obs.cancels.setdefault(action.id, self.loop.now)
+        elif isinstance(action, Terminate):
+            self.report.terminates += status == "ok"
         elif isinstance(action, Update):
             if status in ("ok", "rejected", "update_failed"):
                 self.obs.update_answered(action.id, action.update_id, Outcome(status, value))
@@ -480,7 +628,7 @@ class World:
         snap.stuck = dict(engine.stuck())
         return snap
 
-    def _check(self, *, final: bool) -> None:
+    def _check(self, *, final: bool, extra: Any = None) -> None:
         self.opening = True
         try:
             snap = self._drive(self._snapshot(), "reading the journals")
@@ -490,6 +638,14 @@ class World:
         finally:
             self.opening = False
         problems = checkers.check_all(self.obs, snap, self.plan.service_violations(), final=final)
+        if extra is not None:
+            problems += extra(snap)
+        svc = self.svc
+        if svc is not None:
+            problems += checkers.check_cancel_gate(svc.effects, self.obs.cancels, svc.cancels_seen)
+            problems += checkers.check_compensation(svc.effects)
+            if final:
+                problems += checkers.check_step_outcomes(svc.effects, snap, self.crashed_lives)
         if problems:
             raise self.fail(problems[0])
 
@@ -525,6 +681,12 @@ class World:
                     self._crash(_CRASH)
             elif kind == _RESTART and self.restart_pending:
                 self._crash(_RESTART)
+            elif kind == _CLOSE:
+                if (self.faults and not self.closing and not self.restart_pending
+                        and not self.crash_pending and self.engine is not None):
+                    self._begin_close()
+            elif kind == _REOPEN and arg == self.life and self.closing:
+                self._reopen()
             if self.crash_pending:
                 self._crash(_CRASH)
 
@@ -562,6 +724,13 @@ class World:
                 if t > cfg.duration_ms:
                     break
                 self._at(t / 1000.0, _CRASH)
+        if cfg.close_every_ms:
+            t = 0
+            while True:
+                t += 1 + self.rng.randrange(cfg.close_every_ms * 2)
+                if t > cfg.duration_ms:
+                    break
+                self._at(t / 1000.0, _CLOSE)
         self._open()
         fault_end = cfg.duration_ms / 1000.0
         while self.loop.now < fault_end:
@@ -574,7 +743,7 @@ class World:
         self.faults = False
         self.disk.fail_flush_rate = 0.0
         self.disk.arm_kills(random.Random(0), 0.0)
-        self._events = [e for e in self._events if e[2] != _CRASH]
+        self._events = [e for e in self._events if e[2] not in (_CRASH, _CLOSE)]
         heapq.heapify(self._events)
         self.log("faults stop")
         if self.restart_pending:
@@ -613,6 +782,10 @@ class World:
         r.sim_ms = int(self.loop.now * 1000)
         r.children = sum(1 for kids in self.obs.children.values() for k, _ in kids
                          if k in self.obs.results)
+        if self.svc is not None:
+            for wid, t in self.obs.cancels.items():
+                r.cancels_mid_step += any(e.owner[0] == wid and e.begin <= t < e.end
+                                          for e in self.svc.effects)
         for name, value in self.plan.counters().items():
             if hasattr(r, name):
                 setattr(r, name, value)
@@ -620,6 +793,9 @@ class World:
 
     def _add_engine_stats(self) -> None:
         """Adds the engine's counters of this life (replays, parks, checkpoints) to the report."""
+        if self.env is not None:
+            self.report.sync_steps += self.env.steps_run
+            self.env = None
         stats = getattr(self.engine, "stats", None)
         if callable(stats):
             stats = stats()
@@ -647,6 +823,8 @@ def _describe(action: Action) -> str:
         return f"signal {action.signal.name}={action.value!r} to {action.id}"
     if isinstance(action, Cancel):
         return f"cancel {action.id}"
+    if isinstance(action, Terminate):
+        return f"terminate {action.id}"
     if isinstance(action, Update):
         return f"update {action.update_id} add={action.value!r}"
     return f"query {action.query.name} of {action.id}"

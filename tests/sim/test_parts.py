@@ -11,7 +11,7 @@ from fusee.sim import checkers
 from fusee.sim.checkers import Observed, Outcome, RunView, Snapshot
 from fusee.sim.config import JOB_KINDS, SimConfig
 from fusee.sim.report import Report, Totals
-from fusee.sim.service import Service, TransientError
+from fusee.sim.service import Effect, Service, TransientError, stable_hash
 
 
 def test_config_is_a_function_of_the_seed() -> None:
@@ -27,6 +27,12 @@ def test_config_is_a_function_of_the_seed() -> None:
     assert all(set(c.mix) == set(JOB_KINDS) and c.mix["order"] > 0 for c in configs)
     for kind in JOB_KINDS:
         assert any(c.mix[kind] > 0 for c in configs)
+    # The step pool, blocking steps and graceful closes vary too.
+    assert {c.step_slots for c in configs} == {1, 2, 4, 8}
+    assert {c.sync_steps_per_mille for c in configs} == {0, 300, 700, 1000}
+    assert any(c.close_every_ms for c in configs) and any(not c.close_every_ms for c in configs)
+    assert all(c.close_grace_ms > c.max_step_ms for c in configs)
+    assert all(c.durable_within_ms > c.max_io_ms for c in configs)
 
 
 def test_engine_options_keep_only_accepted_names() -> None:
@@ -164,3 +170,91 @@ def test_totals_name_counters_never_exercised() -> None:
     assert t.seeds == 2 and t.counters["crashes"] == 2
     missing = t.missing(("crashes", "updates", "queries"))
     assert missing == ["queries"]
+
+
+# --- step effects (issue 9) -------------------------------------------------------
+
+
+def _eff(key: str, name: str, begin: float, end: float | None = None, life: int = 1,
+         ok: bool = True) -> Effect:
+    return Effect(key, name, 1, begin, begin if end is None else end, life, ok)
+
+
+def _step(seq: int) -> r.Step:
+    return r.Step(run=1, seq=seq, name="s", attempt=1, status=r.Status.OK, payload=b"1")
+
+
+def test_service_records_effects_with_virtual_times() -> None:
+    svc = Service(seed=1)
+    now = [0.5]
+    svc.clock = lambda: now[0]
+    svc.life = lambda: 3
+    svc.next_hold = 0.25
+    svc.call("w/1/0", 7, name="charge", hold=svc.take_hold())
+    with pytest.raises(TransientError):
+        svc.call("w/1/1", 7, 1, name="x")
+    a, b = svc.effects
+    assert (a.name, a.begin, a.end, a.life, a.ok, a.owner) == ("charge", 0.5, 0.75, 3, True, ("w", "1", 0))
+    assert not b.ok and svc.next_hold == 0.0
+    svc.life_ended(3, 0.6)  # the process died mid-call
+    assert a.end == 0.6
+    svc.saw_cancel("w")
+    assert svc.cancels_seen == {"w": [(3, 0.5)]}
+    assert stable_hash(1, "a", 2) == stable_hash(1, "a", 2) != stable_hash(2, "a", 2)
+
+
+def test_an_effect_needs_its_outcome_journaled() -> None:
+    effects = [_eff("w/1/2", "charge", 0.1), _eff("w/1/3", "x", 0.2, ok=False)]
+    snap = Snapshot(runs={"w": RunView("w", [_start("w")])})
+    problems = checkers.check_step_outcomes(effects, snap, crashed_lives=set())
+    assert len(problems) == 1 and "'charge' of w (w/1/2)" in problems[0] and "no crash" in problems[0]
+    # Its outcome journaled, or its life crashed and a cancel covers it, or another run: fine.
+    assert checkers.check_step_outcomes(effects, Snapshot(runs={"w": RunView("w", [_start("w"), _step(2)])}), set()) == []
+    cancelled = [_start("w"), r.CancelRequest(run=1, reason=b""), _done(r.Status.CANCELLED)]
+    assert checkers.check_step_outcomes(effects, Snapshot(runs={"w": RunView("w", cancelled)}), {1}) == []
+    assert checkers.check_step_outcomes(effects, Snapshot(runs={"w": RunView("w", cancelled)}), set()) != []
+    assert checkers.check_step_outcomes([_eff("w/9/2", "c", 0.1)], snap, set()) == []
+    terminated = [_start("w"), _done(r.Status.TERMINATED)]
+    assert checkers.check_step_outcomes(effects, Snapshot(runs={"w": RunView("w", [*terminated[:1], _step(1), terminated[1]])}), set()) == []
+
+
+def test_finished_work_is_durable_after_a_crash() -> None:
+    due = [_eff("a/1/0", "leg0", 0.1), _eff("a/1/1", "leg1", 0.1)]
+    snap = Snapshot(runs={"a": RunView("a", [_start("a"), _step(0)])})
+    problems = checkers.check_durable(due, snap, "before the crash")
+    assert len(problems) == 1 and "a/1/1" in problems[0] and "not durable" in problems[0]
+    snap.runs["a"] = RunView("a", [_start("a"), _step(0), _step(1)])
+    assert checkers.check_durable(due, snap, "x") == []
+
+
+def test_no_step_begins_between_a_durable_cancel_and_its_delivery() -> None:
+    effects = [_eff("o/1/1", "charge", 0.10), _eff("o/1/4", "refund", 0.30), _eff("p/1/1", "x", 0.5)]
+    # Cancel acknowledged at 0.2; the code saw Cancelled at 0.3 (life 1): the refund is compensation.
+    assert checkers.check_cancel_gate(effects, {"o": 0.2}, {"o": [(1, 0.3)]}) == []
+    problems = checkers.check_cancel_gate(effects, {"o": 0.2}, {"o": [(1, 0.35)]})
+    assert len(problems) == 1 and "'refund' of o" in problems[0]
+    # Seen in another life (before a crash) does not count for this one.
+    assert checkers.check_cancel_gate(effects, {"o": 0.2}, {"o": [(0, 0.25)]}) != []
+
+
+def test_compensation_never_runs_before_its_effect_finished() -> None:
+    charge = _eff("s/1/0", "charge", 0.10, 0.40)
+    early = _eff("s/1/2", "refund", 0.20)
+    late = _eff("s/1/2", "refund", 0.40)
+    assert "before the charge" in checkers.check_compensation([charge, early])[0]
+    assert checkers.check_compensation([charge, late]) == []
+    # A charge begun again after its refund is caught too; other runs do not count.
+    again = _eff("s/1/0", "charge", 0.5, 0.6)
+    assert checkers.check_compensation([charge, late, again]) != []
+    assert checkers.check_compensation([_eff("s/2/0", "charge", 0.1, 0.9), late]) == []
+
+
+def test_requests_refused_during_a_close_leave_no_trace() -> None:
+    sig = r.Signal(run=1, name="approve", dedup=77, payload=b"1")
+    journal = [_start("w"), sig, r.Update(run=1, name="add", id="u1", payload=b"3"),
+               r.CancelRequest(run=1, reason=b"")]
+    snap = Snapshot(runs={"w": RunView("w", journal), "n": RunView("n", None)})
+    refused = [("start", "n", ""), ("signal", "w", "78"), ("update", "w", "u2")]
+    assert checkers.check_refused(refused, snap) == []
+    bad = [("start", "w", ""), ("signal", "w", "77"), ("update", "w", "u1"), ("cancel", "w", "")]
+    assert len(checkers.check_refused(bad, snap)) == 4

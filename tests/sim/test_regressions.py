@@ -20,6 +20,8 @@ FOUND: dict[int, str] = {
     "after the newer one",
     526: "a detached child's start was lost at a crash after its parent finished, and finished "
     "parents did not redo their outbox at open",
+    920: "a graceful close failed the callers of accepted updates with UpdateFailed although the "
+    "run went on (after the reopen the same update ID was answered ok); they get EngineClosed",
 }
 
 

@@ -7,6 +7,7 @@ import os
 import pathlib
 import re
 import time
+from typing import Any
 
 import pytest
 
@@ -120,6 +121,30 @@ def test_each_sabotage_is_caught(switch: str) -> None:
             print(f"{switch} caught by seed {seed}: {f.message}")
             return
     pytest.fail(f"no seed below {SABOTAGE_BOUND} caught sabotage {switch!r}: the checkers miss it")
+
+
+def test_cancel_gate_checker_sees_a_step_start_while_the_cancel_waits(monkeypatch: pytest.MonkeyPatch) -> None:
+    # step_after_cancel also delivers the cancel at once, so the compensation
+    # and durability checkers catch it first. Here only the start rule is
+    # broken (the delivery still waits for running steps): the cancel-gate
+    # checker must see the step that began after the cancel was durable.
+    from fusee.runtime import run as runmod
+    from fusee.sim.world import SimFailure, run_seed
+
+    original = getattr(runmod.Run, "deliver_cancel_if_settled", None)
+    if original is None:
+        pytest.skip("the runtime's cancel delivery moved")
+
+    def deliver_when_settled(self: Any) -> None:
+        if self.executing:
+            return  # waits for running steps, whatever the sabotage says
+        with sabotage.sabotaged(step_after_cancel=False):
+            original(self)
+
+    monkeypatch.setattr(runmod.Run, "deliver_cancel_if_settled", deliver_when_settled)
+    with sabotage.sabotaged(step_after_cancel=True), pytest.raises(SimFailure) as caught:
+        run_seed(7)
+    assert "before the code saw Cancelled" in caught.value.message
 
 
 def test_cli_one_seed_and_a_range(capsys: pytest.CaptureFixture[str]) -> None:
