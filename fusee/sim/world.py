@@ -391,13 +391,21 @@ class World:
         """The process exits after a graceful close and starts again (no writes lost)."""
         self.t = self.loop.now
         closed_life = self.life
+        if self.engine is not None and self.engine.failure is not None:
+            # The log failed while closing: the supervisor restarts the process as
+            # after any failed log (with the crash model, like every such restart).
+            self.log("closed after its log failed")
+            self.refused = []
+            self.restart_pending = True
+            self._crash(_RESTART)
+            return
         self.log("closed; the process exits and starts again")
         self._end_life()
         self._open()
         self.log(f"reopened (life {self.life})")
         self.watched.clear()
-        due = [] if self.svc is None else [e for e in self.svc.effects
-                                           if e.life == closed_life and e.ok]
+        due = [] if self.svc is None else [
+            e for e in self.svc.effects if e.life == closed_life and e.ok]
         refused, self.refused = self.refused, []
 
         def check(snap: Snapshot) -> list[str]:

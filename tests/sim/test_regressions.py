@@ -29,3 +29,15 @@ FOUND: dict[int, str] = {
 def test_seed_that_found_a_bug_passes(seed: int) -> None:
     result = run_seed(seed)
     assert result.report is not None, FOUND[seed]
+
+
+# Found by the simulator and not fixed yet. Not in KNOWN_ENGINE_BUGS
+# (tests/sim/test_world.py) because its message is the one that catches the
+# query_from_nondurable sabotage, which a known-bug pattern would hide.
+# Strict: once the engine is fixed this test fails; then move the seed to FOUND.
+@pytest.mark.xfail(strict=True, raises=AssertionError,
+                   reason="query answers are ordered per Run object: a run parked and "
+                   "reloaded between two queries (park_after=0) forgets the earlier "
+                   "answer still waiting for durability, so a newer state is answered first")
+def test_seed_1843_query_answers_keep_their_order_across_a_park() -> None:
+    run_seed(1843)
