@@ -662,9 +662,12 @@ class Engine:
             return ended.answer_query(self._rt, st, query, arg)
         run = self._rt.running_run(wid)
         answer = run.answer_query(query, arg)
-        earlier = run.last_answer
+        # Kept by workflow ID, not on the Run: a run parked and woken between two
+        # queries is a new Run object, and the older answer may still be waiting.
+        order = self._rt.query_order
+        earlier = order.get(wid)
         mine: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        run.last_answer = mine
+        order[wid] = mine
         try:
             if not sabotage.active.query_from_nondurable:
                 await self._durable(run.shard, run.machine.gate)
@@ -672,6 +675,8 @@ class Engine:
                 await asyncio.shield(earlier)
         finally:
             mine.set_result(None)
+            if order.get(wid) is mine:
+                del order[wid]
         return answer
 
     async def update(

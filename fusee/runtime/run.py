@@ -206,8 +206,6 @@ class Run:
         #: When the run last went quiet (Env ms), and whether a park check is queued for it.
         self.quiet_since = 0
         self.park_queued = False
-        #: Released when the latest query's answer is: answers leave in order.
-        self.last_answer: asyncio.Future[None] | None = None
         for r, lsn in zip(journal, lsns, strict=True):
             self._index(r)
             if type(r) is rec.CancelRequest:

@@ -109,6 +109,8 @@ class Runtime:
         self.stuck_errors: dict[str, FuseeError] = {}
         self._token = 0
         self._codes: dict[tuple[str, int], int] = {}
+        #: The latest query answer of each workflow not yet released: answers leave in order.
+        self.query_order: dict[str, asyncio.Future[None]] = {}
         #: Stream readers waiting for the next flush.
         self.stream_readers: list[asyncio.Future[None]] = []
         self._tasks: set[asyncio.Task[Any]] = set()

@@ -20,6 +20,8 @@ FOUND: dict[int, str] = {
     "after the newer one",
     526: "a detached child's start was lost at a crash after its parent finished, and finished "
     "parents did not redo their outbox at open",
+    1843: "query answers were ordered per Run object: a run parked and woken between two "
+    "queries forgot the earlier answer still waiting for durability, and a newer state left first",
     920: "a graceful close failed the callers of accepted updates with UpdateFailed although the "
     "run went on (after the reopen the same update ID was answered ok); they get EngineClosed",
 }
@@ -34,10 +36,3 @@ def test_seed_that_found_a_bug_passes(seed: int) -> None:
 # Found by the simulator and not fixed yet. Not in KNOWN_ENGINE_BUGS
 # (tests/sim/test_world.py) because its message is the one that catches the
 # query_from_nondurable sabotage, which a known-bug pattern would hide.
-# Strict: once the engine is fixed this test fails; then move the seed to FOUND.
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="query answers are ordered per Run object: a run parked and "
-                   "reloaded between two queries (park_after=0) forgets the earlier "
-                   "answer still waiting for durability, so a newer state is answered first")
-def test_seed_1843_query_answers_keep_their_order_across_a_park() -> None:
-    run_seed(1843)
