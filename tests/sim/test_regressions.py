@@ -31,8 +31,3 @@ FOUND: dict[int, str] = {
 def test_seed_that_found_a_bug_passes(seed: int) -> None:
     result = run_seed(seed)
     assert result.report is not None, FOUND[seed]
-
-
-# Found by the simulator and not fixed yet. Not in KNOWN_ENGINE_BUGS
-# (tests/sim/test_world.py) because its message is the one that catches the
-# query_from_nondurable sabotage, which a known-bug pattern would hide.
