@@ -200,6 +200,8 @@ class Run:
         self._cancel_ask: tuple[bytes, bytes | None] = (b"", None)
         #: A cancellation reached the code (its Cancelled may end the run as cancelled).
         self.cancel_requested = False
+        #: The code returned while step functions ran: the run ends once they settle.
+        self.finishing = False
         #: Steps whose function runs now: seq -> the task carrying an async
         #: function (asyncio cancellation reaches it), or None (a thread's).
         self.executing: dict[int, asyncio.Task[Any] | None] = {}
@@ -377,6 +379,11 @@ class Run:
             return
         task = self.task
         if task is not None and task.done() and not self.finished:
+            if self.executing and not sabotage.active.step_after_cancel:
+                # Step functions (an update handler's, say) still run: their outcomes
+                # are journaled before the run's end, and no new one starts meanwhile.
+                self.finishing = True
+                return
             self._finish(task)
         elif not self.finished:
             self.rt.after_pump(self)

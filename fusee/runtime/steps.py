@@ -162,7 +162,7 @@ class StepRunner:
 
     def may_start(self, run: Run, seq: int) -> bool:
         """Whether an execution of step ``seq`` may begin now."""
-        if run.dead or self.rt.closed or self.rt.closing or not run.machine.step_pending(seq):
+        if run.dead or self.rt.closed or self.rt.closing or run.finishing or not run.machine.step_pending(seq):
             return False
         if seq in run.executing:
             return False  # one execution of a step at a time
@@ -184,6 +184,8 @@ class StepRunner:
             self._hb_lsn.pop((run, seq), None)
         if run.cancel_requests:
             run.deliver_cancel_if_settled()
+        if run.finishing and not run.executing:
+            run.pump()  # the code had returned: now the run ends
         if self.executing == 0 and self._idle is not None and not self._idle.done():
             self._idle.set_result(None)
 

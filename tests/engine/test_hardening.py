@@ -603,3 +603,35 @@ async def test_versions_run_side_by_side(tmp_path: Path) -> None:
         assert await engine.get("new").result() == "v2"
         with pytest.raises(ValueError, match="version"):
             await fusee.Engine.open(workflows=[order_v1, fusee.workflow("order", version=1)(order_v1.fn)])
+
+
+async def test_a_run_ends_only_after_its_running_steps_are_journaled() -> None:
+    release = threading.Event()
+    go = fusee.signal("go", int)
+    add = fusee.update("add", int, result_type=int)
+
+    def slow_apply(n: int) -> int:
+        release.wait(30)
+        return n * 2
+
+    @fusee.workflow("handler_outlives_main")
+    async def handler_outlives_main(ctx: fusee.Ctx) -> str:
+        async def apply(n: int) -> int:
+            return int(await ctx.step("apply", slow_apply, n))
+
+        ctx.on_update(add, apply)
+        await ctx.wait_for(go)
+        return "main returned"
+
+    async with fusee.Engine.open(workflows=[handler_outlives_main]) as engine:
+        h = await engine.start(handler_outlives_main, "h-1")
+        update = asyncio.ensure_future(engine.update("h-1", add, 21))
+        await until(lambda: engine._rt.steps.executing == 1)
+        await h.signal(go, 1)  # the main code returns while the handler's step runs
+        await asyncio.sleep(0.05)
+        assert engine.describe("h-1").status == "running"
+        release.set()
+        assert await update == 42
+        assert await h.result() == "main returned"
+        kinds = [type(r).__name__ for r in await engine.journal("h-1")]
+        assert kinds.index("Step") < kinds.index("Done")
