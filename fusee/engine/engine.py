@@ -87,7 +87,7 @@ class RunSummary:
     #: When the current run ended (UTC), None while it runs.
     ended_at: datetime.datetime | None = None
     #: The current run's search attributes: every ``ctx.set_attributes`` merged, latest last.
-    attributes: dict[str, Any] = dataclasses.field(default_factory=dict)
+    attributes: dict[str, Any] = dataclasses.field(default_factory=dict, hash=False)
 
 
 class RunHandle(Generic[R]):

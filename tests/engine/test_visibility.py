@@ -71,6 +71,7 @@ async def test_list_filters_by_attributes_and_fields() -> None:
         assert s.attributes == {"customer": "acme", "tier": 9, "vip": True}
         assert s.status == "ok" and s.started_at is not None and s.ended_at is not None
         assert s.started_at <= s.ended_at and s.started_at.tzinfo == datetime.UTC
+        assert hash(s) == hash(engine.describe("o-2"))  # summaries stay hashable
         assert ids(engine.list("attrs.vip = true")) == ["o-2"]
         assert ids(engine.list("attrs.tier = 1")) == ["o-0", "o-1", "o-3"]
         running = engine.describe("o-0")
@@ -221,6 +222,17 @@ async def test_keep_history_off_keeps_start_and_ending(tmp_path: Path) -> None:
         assert [type(r).__name__ for r in await engine.journal("p-1")] == ["Start", "Done"]
         assert await engine.get("o-1").result() == "acme:3"
         assert ids(engine.list("attrs.customer = 'acme' and status = 'ok'")) == ["o-1"]
+    # A run that ended in the log after the last checkpoint is trimmed at open too.
+    engine = await fusee.Engine.open(tmp_path, workflows=[order, plain], keep_history=False,
+                                     checkpoint_every=10_000)
+    assert await engine.execute(plain, "p-2", 1) == 2
+    engine._rt.closed = True  # a crash: no close, no checkpoint (as test_parking does)
+    engine._closed = True
+    engine._log.close()
+    async with fusee.Engine.open(tmp_path, workflows=[order, plain], keep_history=False) as engine:
+        assert engine.recovered_records > 0
+        assert [type(r).__name__ for r in await engine.journal("p-2")] == ["Start", "Done"]
+        assert engine.describe("p-2").status == "ok"
     # With history (the default) an ended run keeps its whole journal and answers queries.
     async with fusee.Engine.open(workflows=[order]) as engine:
         await engine.start(order, "o-1", "acme")
