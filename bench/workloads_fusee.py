@@ -109,7 +109,15 @@ async def parked(ctx: fusee.Ctx, steps: int) -> int:
     return total
 
 
-WORKFLOWS = [chain, fan, one_step, waiter, sleeper, parked]
+@fusee.workflow("bench_tagged")
+async def tagged(ctx: fusee.Ctx, i: int) -> int:
+    """The list workload: search attributes (one customer in 10,000), then asleep (parked)."""
+    ctx.set_attributes({"customer": f"c-{i % 10_000}", "region": ("eu", "us", "ap")[i % 3]})
+    await ctx.sleep("park", "1d")
+    return i
+
+
+WORKFLOWS = [chain, fan, one_step, waiter, sleeper, parked, tagged]
 
 
 #: Data directories made by this process, removed once its workload is done.
@@ -327,6 +335,49 @@ async def run_scale(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+async def run_list(args: argparse.Namespace) -> dict[str, Any]:
+    """``args.list_runs`` parked runs with attributes; time a selective ``engine.list``.
+
+    The filter ``attrs.customer = 'c-42' and status = 'running'`` matches one
+    run in 10,000 (100 at 1,000,000) and answers from the attribute index; a
+    query no index helps (``workflow = 'nobody'``) shows what a full walk costs.
+    """
+    wanted = args.list_runs
+    path = scratch("fusee-list")
+    engine = await open_engine(path, args.engine_options)
+    try:
+        t0 = time.perf_counter()
+        for first in range(0, wanted, 1000):
+            await asyncio.gather(*(engine.start(tagged, f"l-{i}", i)
+                                   for i in range(first, min(first + 1000, wanted))))
+        # Every run journals its attributes in its first activation; wait for the last ones.
+        while len(engine.list("attrs.customer = 'c-42'", limit=10_000).items) < wanted // 10_000 + (
+                1 if wanted % 10_000 > 42 else 0):
+            await asyncio.sleep(0.01)
+        start_s = time.perf_counter() - t0
+        await asyncio.sleep(args.park_wait)
+        where = "attrs.customer = 'c-42' and status = 'running'"
+        samples = []
+        for _ in range(args.list_repeats):
+            t0 = time.perf_counter()
+            page = engine.list(where, limit=100)
+            samples.append(time.perf_counter() - t0)
+        matched = len(page.items)
+        t0 = time.perf_counter()
+        engine.list("workflow = 'nobody'")
+        scan_ms = (time.perf_counter() - t0) * 1000
+        t0 = time.perf_counter()
+        engine.metrics()
+        metrics_ms = (time.perf_counter() - t0) * 1000
+    finally:
+        await engine.close()
+    return {
+        "workload": "list", "count": wanted, "matched": matched, "start_s": start_s,
+        "rss_bytes": common.rss_bytes(), "full_scan_ms": scan_ms, "metrics_ms": metrics_ms,
+        **{f"list_{k}": v for k, v in common.latency_summary(samples).items()},
+    }
+
+
 async def recovery_child(args: argparse.Namespace) -> None:
     """The process that gets SIGKILLed: fills a directory, prints READY, waits.
 
@@ -393,7 +444,7 @@ async def run_recovery(args: argparse.Namespace) -> dict[str, Any]:
 
 WORKLOADS = {
     "chain": run_chain, "fanout": run_fanout, "start": run_start, "signals": run_signals,
-    "timers": run_timers, "scale": run_scale, "recovery": run_recovery,
+    "timers": run_timers, "scale": run_scale, "recovery": run_recovery, "list": run_list,
 }
 
 
@@ -413,6 +464,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="scale: stop starting runs past this RSS (4 GiB)")
     parser.add_argument("--park-wait", type=float, default=None,
                         help="seconds to wait for runs to park before reading RSS (2)")
+    parser.add_argument("--list-runs", type=int, help="list: parked runs with attributes (1,000,000)")
+    parser.add_argument("--list-repeats", type=int, default=200, help="list: timed queries (200)")
     parser.add_argument("--recovery-runs", type=int, help="runs before the SIGKILL (100,000)")
     parser.add_argument("--recovery-steps", type=int, default=8,
                         help="steps per run before it sleeps (8: 10 records per run)")
@@ -425,7 +478,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     defaults = {
         "chain": (200, 2000), "fanout": (100, 2000), "starts": (50, 500),
         "signals": (50, 10_000), "timers": (50, 10_000), "scale": (2000, 1_000_000),
-        "recovery_runs": (500, 100_000), "park_wait": (0.5, 2.0),
+        "recovery_runs": (500, 100_000), "park_wait": (0.5, 2.0), "list_runs": (5_000, 1_000_000),
     }
     for name, (small, full) in defaults.items():
         if getattr(args, name) is None:

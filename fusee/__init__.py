@@ -18,6 +18,7 @@ from fusee.definitions import (
     workflow,
 )
 from fusee.engine.engine import AuditEntry, Engine, RunHandle, RunSummary
+from fusee.engine.visibility import Metrics, RunPage, ShardMetrics
 from fusee.errors import (
     AlreadyExists,
     Busy,
@@ -27,6 +28,8 @@ from fusee.errors import (
     DeterminismError,
     EngineClosed,
     FuseeError,
+    HistoryUnavailable,
+    InvalidQuery,
     NotFound,
     NotInAStep,
     QueryFailed,
@@ -63,14 +66,19 @@ __all__ = [
     "Engine",
     "EngineClosed",
     "FuseeError",
+    "HistoryUnavailable",
+    "InvalidQuery",
+    "Metrics",
     "NotFound",
     "NotInAStep",
     "QueryDef",
     "QueryFailed",
     "Retry",
     "RunHandle",
+    "RunPage",
     "RunSummary",
     "SerializationError",
+    "ShardMetrics",
     "SignalDef",
     "StepFailed",
     "StepInfo",

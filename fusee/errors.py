@@ -161,6 +161,28 @@ class InvalidWorkflowId(FuseeError, ValueError):
     """A workflow ID that cannot be journaled (not valid Unicode text)."""
 
 
+class InvalidQuery(FuseeError, ValueError):
+    """A ``where=`` filter of :meth:`Engine.list` that does not parse or does not make sense.
+
+    ``position`` is the 0-based character offset in the query text where the
+    problem is; the message quotes the text from there. Fix the query (see the
+    query language in docs/api.md) and call again.
+    """
+
+    def __init__(self, message: str, query: str, position: int) -> None:
+        self.query = query
+        self.position = position
+        near = query[position:position + 20] if position < len(query) else "the end"
+        super().__init__(f"invalid query at position {position} (near {near!r}): {message}")
+
+
+class HistoryUnavailable(FuseeError):
+    """The engine was opened with ``keep_history=False`` and the run has ended: only its
+    start and ending are kept, so what needs its whole journal (a query answered from
+    a replay, a reset or a fork) cannot be done. Open with ``keep_history=True`` to keep
+    the journals of runs that end from then on."""
+
+
 class AlreadyExists(FuseeError):
     """A workflow run with that ID exists already."""
 

@@ -22,7 +22,8 @@ from fusee.core import journal as jm
 from fusee.core import records as rec
 from fusee.definitions import QueryDef, SignalDef, UpdateDef, WorkflowDef
 from fusee.durations import to_ms
-from fusee.engine import periodic
+from fusee.engine import periodic, visibility
+from fusee.engine.visibility import Metrics, RunPage
 from fusee.errors import (
     CompletionFailed,
     CorruptRecord,
@@ -34,7 +35,7 @@ from fusee.errors import (
     WrongEventLoop,
 )
 from fusee.retry import Retry
-from fusee.runtime import ended
+from fusee.runtime import ended, history
 from fusee.runtime.context import Duration
 from fusee.runtime.env import DEFAULT_STEP_THREADS, Env, RealEnv
 from fusee.runtime.runtime import IF_FINISHED, IF_RUNNING, Runtime
@@ -81,6 +82,12 @@ class RunSummary:
     #: Signals, cancels, terminates and resumes made with ``by=``, oldest first
     #: (filled by :meth:`Engine.describe`).
     audit: tuple[Any, ...] = ()
+    #: When the current run started (UTC).
+    started_at: datetime.datetime | None = None
+    #: When the current run ended (UTC), None while it runs.
+    ended_at: datetime.datetime | None = None
+    #: The current run's search attributes: every ``ctx.set_attributes`` merged, latest last.
+    attributes: dict[str, Any] = dataclasses.field(default_factory=dict, hash=False)
 
 
 class RunHandle(Generic[R]):
@@ -196,6 +203,7 @@ class Engine:
         max_loaded: int | None = None,
         retention: float | None = None,
         read_only: bool = False,
+        keep_history: bool = True,
     ) -> _Opening:
         """Opens (or creates) the engine directory ``path`` and recovers it.
 
@@ -216,6 +224,12 @@ class Engine:
 
         ``checkpoint_interval`` (seconds) also writes one that often while
         records were appended since the last one.
+
+        ``keep_history=False``: a run that ends keeps only its start, its
+        ending and what it owes other workflows (children, messages), in
+        memory and in checkpoints (the log keeps everything until the next
+        checkpoint). Queries of ended runs, and ``reset``/``fork`` of ended
+        runs, then raise :class:`fusee.HistoryUnavailable`.
         """
         return _Opening(
             cls._open(
@@ -236,6 +250,7 @@ class Engine:
                 max_loaded=max_loaded,
                 retention=retention,
                 read_only=read_only,
+                keep_history=keep_history,
             )
         )
 
@@ -260,6 +275,7 @@ class Engine:
         max_loaded: int | None,
         retention: float | None,
         read_only: bool = False,
+        keep_history: bool = True,
     ) -> Engine:
         registry: dict[tuple[str, int], WorkflowDef[Any, Any]] = {}
         for w in workflows:
@@ -338,6 +354,7 @@ class Engine:
             retention=retention,
             checkpoint_every=checkpoint_every,
         )
+        self._rt.keep_history = bool(keep_history)
         try:
             self._load(recovery, f"{log.dir.path}/checkpoint")
             self.recovered_records = len(recovery.records)
@@ -658,6 +675,7 @@ class Engine:
         st = self._rt.current(wid)
         if not st.running:
             # The run ended: its code is gone, a read-only replay answers (during retention).
+            history.check(self._rt, st, "a query")
             await self._durable(st.shard, st.done_lsn)
             return ended.answer_query(self._rt, st, query, arg)
         run = self._rt.running_run(wid)
@@ -806,6 +824,7 @@ class Engine:
     ) -> RunHandle[Any]:
         self._check_open()
         wid = self._check_id(workflow_id)
+        history.check(self._rt, self._rt.current(wid), "a reset or fork")
         st, lsn = self._rt.reset(
             wid, new_id, before_step=before_step, before_position=before_position,
             reapply_signals=bool(reapply_signals), version=version, by=_by(by),
@@ -982,7 +1001,13 @@ class Engine:
             status = "running"
         else:
             status = st.status.name.lower()
-        summary = RunSummary(st.id, st.run_id, st.wtype, status, st.shard, stuck_reason=stuck)
+        started, ended_ms = visibility.times_of(self._rt, st)
+        attributes = self._rt.index.get(st.id)
+        summary = RunSummary(
+            st.id, st.run_id, st.wtype, status, st.shard, stuck_reason=stuck,
+            started_at=visibility.ms_to_datetime(started), ended_at=visibility.ms_to_datetime(ended_ms),
+            attributes=dict(attributes) if attributes else {},
+        )
         if detail:
             journal = self._rt.journal_of(st)[0]
             summary = dataclasses.replace(summary, audit=_audit_view(journal))
@@ -994,9 +1019,37 @@ class Engine:
         """Every workflow the engine knows, in the order they were first seen.
 
         The retry fields (``attempt``, ``last_error``, ``next_retry``,
-        ``paused_steps``) are filled by :meth:`describe` only.
+        ``paused_steps``) and ``audit`` are filled by :meth:`describe` only;
+        ``started_at``, ``ended_at`` and ``attributes`` everywhere.
         """
         return [self._summary(st) for st in self._rt.wf.values()]
+
+    def list(self, where: str | None = None, limit: int = 100, cursor: str | None = None) -> RunPage:
+        """A page of workflows matching ``where``, in the order the engine first saw them.
+
+        ``where`` is a query (see docs/api.md), e.g. ``"workflow = 'order' and
+        attrs.customer = 'acme'"``; None lists every workflow. At most
+        ``limit`` (1 to 10,000) runs per page; pass ``page.cursor`` back to get
+        the next page (None: nothing after). Raises :class:`fusee.InvalidQuery`
+        naming the position of a mistake in ``where``.
+
+        An ``and`` with an ``attrs.<key> = value``, ``attrs.<key> in (...)`` or
+        ``workflow_id = ...`` term answers from the attribute index (its time
+        grows with the matches, not with the workflows); other queries read
+        every workflow. Items are filled as :meth:`runs` fills them (the retry
+        fields and ``audit`` only by :meth:`describe`). Answers from memory,
+        durable or not yet.
+        """
+        states, next_cursor = visibility.select(self._rt, where, limit, cursor)
+        return RunPage([self._summary(st) for st in states], next_cursor)
+
+    def metrics(self) -> Metrics:
+        """Per-shard counts (runs by status, parked, loaded), step, flush and queue figures.
+
+        A walk of the workflow table (its time grows with the workflows);
+        every field is documented on :class:`fusee.Metrics` and in docs/operations.md.
+        """
+        return visibility.metrics(self._rt, self._committer)
 
     def stuck(self) -> dict[str, str]:
         """Runs stopped by a determinism error (or an unregistered type), with the message."""

@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from fusee.core import records as rec
-from fusee.runtime import parking
+from fusee.runtime import history, parking
+from fusee.runtime.index import decode_attributes
 from fusee.runtime.snapshot import CheckpointEntry, pack, unpack
 from fusee.runtime.table import WorkflowState, dedup_key, has_outbox
 from fusee.runtime.timers import WAKE
@@ -45,6 +46,7 @@ def load_records(rt: Runtime, records: Iterable[tuple[int, int, rec.Record]]) ->
             st.payload = b""
             st.final = False
             rt.by_run[r.run] = st
+            rt.index.on_record(r.id, r)
             continue
         st2 = rt.by_run.get(r.run)
         if st2 is None or st2.run_id != r.run:
@@ -55,6 +57,8 @@ def load_records(rt: Runtime, records: Iterable[tuple[int, int, rec.Record]]) ->
             st2.packed = None
         st2.journal.append(r)
         st2.lsns.append(lsn)
+        if type(r) is rec.Attributes:
+            rt.index.on_record(st2.id, r)
         if type(r) is rec.Done:
             assert isinstance(r, rec.Done)
             st2.status = r.status
@@ -81,6 +85,8 @@ def resume_all(rt: Runtime) -> None:
         elif st.status == rec.Status.CONTINUED:
             rt._continue(st)
     for st in list(rt.wf.values()):
+        if st.final and st.packed is None and not rt.keep_history:
+            history.trim(rt, st)  # ended in the log after the checkpoint: trimmed as a live run is
         if st.final and (st.packed is None or st.id in outbox):
             # A finished run's child starts and signals may have been lost on the way too.
             redo_outbox(rt, st)
@@ -131,7 +137,7 @@ def checkpoint_state(rt: Runtime) -> bytes:
         out.append(
             CheckpointEntry(
                 st.id, st.shard, st.wtype, st.run_id, st.parent, status, wake, journal,
-                has_outbox(st), st.code, st.version,
+                has_outbox(st), st.code, st.version, rt.index.encoded(st.id),
             )
         )
     return msgspec.msgpack.encode(out)
@@ -154,6 +160,8 @@ def load_checkpoint(rt: Runtime, state: bytes) -> None:
         rt.wf[e.id] = st
         rt.by_run[e.run_id] = st
         st.outbox = outbox
+        if e.attributes:
+            rt.index.replace(e.id, decode_attributes(e.attributes))
         if e.status >= 0:
             st.packed = e.journal
             st.status = rec.Status(e.status)

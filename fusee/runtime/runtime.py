@@ -31,9 +31,10 @@ from fusee.errors import (
     WorkflowEnded,
 )
 from fusee.retry import Retry
-from fusee.runtime import parking, recovery
+from fusee.runtime import history, index, parking, recovery
 from fusee.runtime import reset as reset_journal
 from fusee.runtime.env import Env
+from fusee.runtime.index import AttributeIndex
 from fusee.runtime.outcomes import workflow_error
 from fusee.runtime.run import Run, StepCall
 from fusee.runtime.snapshot import unpack
@@ -117,6 +118,10 @@ class Runtime:
         self.closed = False
         #: Closing: running step functions finish, no new one starts.
         self.closing = False
+        #: Latest search attributes per workflow (see ``fusee.runtime.index``).
+        self.index = AttributeIndex()
+        #: False: runs that end keep only their start, ending and outbox (see ``fusee.runtime.history``).
+        self.keep_history = True
         self.stats = {"steps": 0, "replays": 0, "runs_started": 0, "parked": 0, "woken": 0, "checkpoints": 0}
 
     # --- log ------------------------------------------------------------
@@ -126,6 +131,8 @@ class Runtime:
         if self._since_checkpoint >= self.checkpoint_every and not self._checkpoint_scheduled:
             self._checkpoint_scheduled = True
             self.loop.call_soon(self.checkpoint)
+        if type(r) is rec.Attributes or type(r) is rec.Start:
+            index.on_append(self, r)
         return self.committer.append(shard, rec.encode(r))  # type: ignore[no-any-return]
 
     def appended_since_checkpoint(self) -> bool:
@@ -418,6 +425,8 @@ class Runtime:
             if not (isinstance(start, rec.Start) and start.policy & rec.DETACHED):
                 self._send(self._child_finished, st.parent, st.status, st.payload)
         self._apply_close_policy(st)
+        if not self.keep_history:
+            history.trim(self, st)
         if st.packed is None and st.run is None:
             parking.pack_state(self, st)
         if self.retention_ms is not None:
@@ -801,6 +810,7 @@ class Runtime:
         if kind == EXPIRE:
             if st.final and st.run is None:
                 del self.wf[wid]
+                self.index.forget(wid)
                 self.by_run.pop(run_id, None)
             return
         if kind == PARK:

@@ -38,3 +38,6 @@ class CheckpointEntry(msgspec.Struct, array_like=True, gc=False):
     code: int = 0
     #: The workflow version the run started with.
     version: int = 1
+    #: The run's merged search attributes (codec-encoded JSON object; b"": none),
+    #: so that the attribute index is rebuilt at open without unpacking journals.
+    attributes: bytes = b""

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from fusee.core import records as rec
+from fusee.runtime import index
 
 if TYPE_CHECKING:
     from fusee.runtime.run import Run
@@ -49,6 +50,9 @@ class WorkflowState(msgspec.Struct, gc=False):
     code: int = 0
     #: The workflow version the current run started with (its code replays on that version).
     version: int = 1
+    #: When this state was made, as a number increasing in the table's order: ``Engine.list``
+    #: sorts and pages by it (one counter per process, see ``fusee.runtime.index``).
+    seen: int = msgspec.field(default_factory=index.seen_counter.__next__)
 
     @property
     def running(self) -> bool:

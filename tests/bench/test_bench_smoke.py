@@ -131,15 +131,19 @@ def test_fusee_workloads_quick(tmp_path: Path) -> None:
     results = _run(str(BENCH / "workloads_fusee.py"), "all", "--quick", "--chain", "30",
                    "--fanout", "20", "--starts", "10", "--signals", "10", "--timers", "5",
                    "--scale", "200", "--recovery-runs", "30", "--park-wait", "0",
+                   "--list-runs", "10100", "--list-repeats", "5",
                    scratch=tmp_path, timeout=240)
     by_name = {r["workload"]: r for r in results}
     assert set(by_name) == {"chain", "fanout", "start", "signals", "timers", "scale",
-                            "recovery"}
+                            "recovery", "list"}
     assert by_name["chain"]["steps"] == 30 and by_name["chain"]["n"] == 29
     assert by_name["fanout"]["workflows"] == 20
     assert by_name["start"]["n"] == 10 and by_name["signals"]["n"] == 10
     assert by_name["timers"]["n"] == 5
     assert by_name["scale"]["count"] == 200
+    # One customer in 10,000: c-42 is run 42 and 10,042.
+    assert by_name["list"]["count"] == 10100 and by_name["list"]["matched"] == 2
+    assert by_name["list"]["list_n"] == 5 and by_name["list"]["list_p99_us"] > 0
     assert by_name["recovery"]["records"] >= 30 * 4  # a start and four steps each, at least
     for key in ("no_checkpoint_reopen_s", "with_checkpoint_reopen_s"):
         assert isinstance(by_name["recovery"][key], float)
