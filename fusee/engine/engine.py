@@ -383,16 +383,21 @@ class Engine:
             dir_path, self.recovered_records, len(rt.wf), rt.loaded_runs, len(rt.stuck),
         )
         if interval is not None and not read_only:
-            periodic.every(rt.loop, interval, self._periodic_checkpoint)
+            periodic.every(rt.loop, interval, self._periodic_checkpoint, self._wake_on_append)
         return self
 
-    def _periodic_checkpoint(self) -> bool:
-        """One tick of ``checkpoint_interval``: False once the engine is closed (the ticks stop)."""
+    def _periodic_checkpoint(self) -> bool | None:
+        """One tick of ``checkpoint_interval``: False once the engine is closed (the ticks stop),
+        None when nothing was appended (they pause until something is)."""
         if self._closed:
             return False
-        if self._rt.appended_since_checkpoint():
-            self._rt.checkpoint()
+        if not self._rt.appended_since_checkpoint():
+            return None
+        self._rt.checkpoint()
         return True
+
+    def _wake_on_append(self, resume: Callable[[], None]) -> None:
+        self._rt.on_first_append = resume
 
     def _load(self, recovery: Any, ckpt_path: str) -> None:
         """Loads the checkpoint and records; what does not decode is a typed error naming where it is."""

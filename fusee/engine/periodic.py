@@ -25,11 +25,30 @@ def check_interval(seconds: object) -> float | None:
     return float(seconds)
 
 
-def every(loop: asyncio.AbstractEventLoop, interval: float, tick: Callable[[], bool]) -> None:
-    """Calls ``tick`` every ``interval`` seconds on ``loop`` until it returns False."""
+def every(
+    loop: asyncio.AbstractEventLoop,
+    interval: float,
+    tick: Callable[[], bool | None],
+    on_wake: Callable[[Callable[[], None]], None] | None = None,
+) -> None:
+    """Calls ``tick`` every ``interval`` seconds on ``loop`` until it returns False.
+
+    When ``tick`` returns None it had nothing to do: the ticks pause, and
+    ``on_wake`` is given the function that resumes them (an idle engine then
+    holds no timer, so virtual time can skip ahead in a simulation).
+    """
 
     def fire() -> None:
-        if tick():
+        more = tick()
+        if more:
+            loop.call_later(interval, fire)
+        elif more is None and on_wake is not None:
+            on_wake(lambda: _later(loop, interval, fire))
+        elif more is None:
             loop.call_later(interval, fire)
 
     loop.call_later(interval, fire)
+
+
+def _later(loop: asyncio.AbstractEventLoop, delay: float, fn: Callable[[], None]) -> None:
+    loop.call_later(delay, fn)

@@ -110,6 +110,9 @@ class Runtime:
         self.stuck_errors: dict[str, FuseeError] = {}
         self._token = 0
         self._codes: dict[tuple[str, int], int] = {}
+        #: Called once at the first append after a checkpoint (a periodic checkpoint that
+        #: found nothing to do sleeps until then, so an idle engine has no ticking timer).
+        self.on_first_append: Callable[[], None] | None = None
         #: The latest query answer of each workflow not yet released: answers leave in order.
         self.query_order: dict[str, asyncio.Future[None]] = {}
         #: Stream readers waiting for the next flush.
@@ -128,6 +131,9 @@ class Runtime:
 
     def append(self, shard: int, r: rec.Record) -> int:
         self._since_checkpoint += 1
+        if self._since_checkpoint == 1 and self.on_first_append is not None:
+            wake, self.on_first_append = self.on_first_append, None
+            wake()
         if self._since_checkpoint >= self.checkpoint_every and not self._checkpoint_scheduled:
             self._checkpoint_scheduled = True
             self.loop.call_soon(self.checkpoint)

@@ -763,6 +763,11 @@ class World:
                 raise self.fail(f"{len(pending)} requests or workflows did not finish "
                                 f"{cfg.settle_ms} ms after faults stopped: {', '.join(pending[:10])}")
             nxt = self.loop.now + 0.020
+            idle_until = self.loop.next_deadline()
+            if idle_until is not None and idle_until > nxt:
+                # Nothing can happen before the loop's next timer (a sleep of days, say):
+                # go straight there instead of looking every 20 ms.
+                nxt = min(idle_until, deadline + 0.001)
             if self._events:
                 nxt = min(nxt, self._events[0][0])
             self._advance(nxt)

@@ -207,3 +207,24 @@ def test_same_seed_same_trace_across_processes() -> None:
         ).stdout
         hashes.add(next(line for line in out.splitlines() if line.startswith("trace sha256")))
     assert len(hashes) == 1, hashes
+
+
+def test_a_scenario_skips_idle_virtual_time() -> None:
+    from fusee.sim import Scenario
+
+    def workflows(seed: int) -> list[Any]:
+        @fusee.workflow("slow")
+        async def slow(ctx: fusee.Ctx, n: int) -> int:
+            await ctx.step("a", lambda: 1)
+            await ctx.sleep("wait", "40d")
+            return int(await ctx.step("b", lambda: n))
+
+        return [slow]
+
+    scenario = Scenario(workflows, duration="100ms", settle="41d")
+    scenario.start("slow", "s-1", 3, at="1ms")
+    t0 = time.perf_counter()
+    outcome = scenario.run(1)
+    assert outcome.results["s-1"].status == "ok"
+    assert outcome.report.sim_ms >= 40 * 86_400_000
+    assert time.perf_counter() - t0 < 30  # 40 days of virtual time, not 40 days of polling
