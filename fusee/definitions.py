@@ -26,7 +26,7 @@ class SignalDef(Generic[T]):
 
 
 @dataclasses.dataclass(frozen=True)
-class QueryDef:
+class QueryDef(Generic[R_co]):
     """A named query whose answers are of ``result_type``; declare with :func:`query`."""
 
     name: str
@@ -66,7 +66,19 @@ def signal(name: str, type: Any = Any) -> SignalDef[Any]:
     return SignalDef(_check_name("signal", name), type)
 
 
-def query(name: str, result_type: Any = Any) -> QueryDef:
+@typing.overload
+def query(name: str) -> QueryDef[Any]: ...
+
+
+@typing.overload
+def query(name: str, result_type: type[T]) -> QueryDef[T]: ...
+
+
+@typing.overload
+def query(name: str, result_type: Any) -> QueryDef[Any]: ...
+
+
+def query(name: str, result_type: Any = Any) -> QueryDef[Any]:
     """Declares a query: ``status = fusee.query("status", result_type=Status)``.
 
     Callers get answers converted to ``result_type``; without one, answers

@@ -56,6 +56,7 @@ DEFAULT_CLOSE_GRACE = 10.0
 T = TypeVar("T")
 R = TypeVar("R")
 In = TypeVar("In")
+Q = TypeVar("Q")
 logger = logging.getLogger("fusee")
 
 
@@ -116,11 +117,11 @@ class RunHandle(Generic[R]):
         """See :meth:`Engine.signal`."""
         await self._engine.signal(self.workflow_id, signal, value, dedup_key=dedup_key, by=by)
 
-    async def query(self, query: QueryDef, arg: Any = None) -> Any:
+    async def query(self, query: QueryDef[Q], arg: Any = None) -> Q:
         """See :meth:`Engine.query`."""
         return await self._engine.query(self.workflow_id, query, arg)
 
-    async def update(self, update: UpdateDef[Any], arg: Any = None, *, update_id: str | None = None) -> Any:
+    async def update(self, update: UpdateDef[T], arg: T = None, *, update_id: str | None = None) -> Any:  # type: ignore[assignment]
         """See :meth:`Engine.update`."""
         return await self._engine.update(self.workflow_id, update, arg, update_id=update_id)
 
@@ -662,7 +663,7 @@ class Engine:
         lsn = self._rt.signal(wid, signal.name, payload, key, _by(by))
         await self._durable(st.shard, lsn)
 
-    async def query(self, workflow_id: str, query: QueryDef, arg: Any = None) -> Any:
+    async def query(self, workflow_id: str, query: QueryDef[Q], arg: Any = None) -> Q:
         """Answers ``query`` from the run's state, once that state is durable.
 
         An ended run is answered too, until its retention ends: its code is
@@ -682,7 +683,7 @@ class Engine:
             # The run ended: its code is gone, a read-only replay answers (during retention).
             history.check(self._rt, st, "a query")
             await self._durable(st.shard, st.done_lsn)
-            return ended.answer_query(self._rt, st, query, arg)
+            return ended.answer_query(self._rt, st, query, arg)  # type: ignore[no-any-return]
         run = self._rt.running_run(wid)
         answer = run.answer_query(query, arg)
         # Kept by workflow ID, not on the Run: a run parked and woken between two
@@ -700,13 +701,13 @@ class Engine:
             mine.set_result(None)
             if order.get(wid) is mine:
                 del order[wid]
-        return answer
+        return answer  # type: ignore[no-any-return]
 
     async def update(
         self,
         workflow_id: str,
-        update: UpdateDef[Any],
-        arg: Any = None,
+        update: UpdateDef[T],
+        arg: T = None,  # type: ignore[assignment]
         *,
         update_id: str | None = None,
     ) -> Any:

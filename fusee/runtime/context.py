@@ -378,7 +378,7 @@ class Ctx:
 
     # --- handlers -------------------------------------------------------
 
-    def on_query(self, query: QueryDef, handler: Callable[..., Any]) -> None:
+    def on_query(self, query: QueryDef[Any], handler: Callable[..., Any]) -> None:
         """Answers ``query`` with ``handler`` (called with the query's argument, if it takes one).
 
         The handler must only read the workflow's state.

@@ -97,7 +97,7 @@ REPLAYS_KEPT = 16
 _KEPT_ATTR = "_ended_replays"
 
 
-def answer_query(rt: Runtime, st: WorkflowState, query: QueryDef, arg: Any) -> Any:
+def answer_query(rt: Runtime, st: WorkflowState, query: QueryDef[Any], arg: Any) -> Any:
     """The answer of ``query`` for the ended run ``st``, from a read-only replay of its journal.
 
     Raises :class:`QueryFailed` when its workflow type is not registered,

@@ -830,7 +830,7 @@ class Run:
 
     # --- queries and updates -------------------------------------------------
 
-    def set_query_handler(self, query: QueryDef, handler: Callable[..., Any]) -> None:
+    def set_query_handler(self, query: QueryDef[Any], handler: Callable[..., Any]) -> None:
         if not isinstance(query, QueryDef):
             raise TypeError(f"on_query takes a query made with fusee.query(...), got {query!r}")
         if not callable(handler):
@@ -932,7 +932,7 @@ class Run:
         if waiters:
             self.rt.release_update(self.shard, lsn, waiters, status, payload)
 
-    def answer_query(self, query: QueryDef, arg: Any) -> Any:
+    def answer_query(self, query: QueryDef[Any], arg: Any) -> Any:
         handler = self.query_handlers.get(query.name)
         if handler is None:
             raise QueryFailed(

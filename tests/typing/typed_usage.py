@@ -13,6 +13,10 @@ import fusee
 
 approve = fusee.signal("approve", bool)
 assert_type(approve, fusee.SignalDef[bool])
+status = fusee.query("status", int)
+assert_type(status, fusee.QueryDef[int])
+add = fusee.update("add", int)
+assert_type(add, fusee.UpdateDef[int])
 
 
 @fusee.workflow("order")
@@ -37,9 +41,16 @@ async def client(engine: fusee.Engine) -> None:
     assert_type(await engine.execute(ping, "p-1"), int)
     await engine.signal("o-1", approve, True)
     await run.signal(approve, False)
+    assert_type(await engine.query("o-1", status), int)
+    assert_type(await run.query(status), int)
+    await engine.update("o-1", add, 2)
+    await run.update(add, 3)
 
     await engine.start(order, "o-2", "three")  # type: ignore[misc]
     await engine.signal("o-1", approve, "yes")  # type: ignore[misc]
     await run.signal(approve, 1.5)  # type: ignore[misc]
+    await engine.update("o-1", add, "two")  # type: ignore[misc]
+    late: str = await run.query(status)  # type: ignore[arg-type]
+    del late
     wrong: int = await run.result()  # type: ignore[assignment]
     del wrong
