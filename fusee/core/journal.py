@@ -259,6 +259,8 @@ class AsyncCompleted(msgspec.Struct, frozen=True, gc=False):
     attempt: int
     status: Status
     payload: bytes
+    #: Who reported it (journaled for the audit).
+    by: bytes | None = None
 
 
 Completion = StepDone | Fired | SignalTaken | WaitTimedOut | ChildResult | AsyncCompleted
@@ -1347,7 +1349,7 @@ class RunMachine:
                     record = rec.ChildDone(run, seq, c.status, c.payload)
                     return Deliver(seq, Outcome(c.status, c.payload), record)
                 assert isinstance(c, AsyncCompleted)
-                record = rec.Completed(run, seq, c.attempt, c.status, c.payload)
+                record = rec.Completed(run, seq, c.attempt, c.status, c.payload, c.by)
                 return Deliver(seq, Outcome(c.status, c.payload), record)
             if type(item) is _LiveCancel:
                 self._cancel_queued = False

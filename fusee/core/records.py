@@ -104,6 +104,8 @@ class Start(_Rec, tag=0, frozen=True, array_like=True, gc=False):
     update: UpdateWithStart | None
     input: bytes
     trace: bytes | None = None
+    #: Who asked for this run when it came from a reset (the audit), else None.
+    by: bytes | None = None
 
 
 class Step(_Rec, tag=1, frozen=True, array_like=True, gc=False):
@@ -255,13 +257,14 @@ class Awaiting(_Rec, tag=18, frozen=True, array_like=True, gc=False):
 
 
 class Completed(_Rec, tag=19, frozen=True, array_like=True, gc=False):
-    """An async completion's result, reported from outside."""
+    """An async completion's result, reported from outside (``by``: who reported it)."""
 
     run: int
     seq: int
     attempt: int
     status: Status
     payload: bytes
+    by: bytes | None = None
 
 
 class Patch(_Rec, tag=20, frozen=True, array_like=True, gc=False):

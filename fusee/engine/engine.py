@@ -868,7 +868,7 @@ class Engine:
 
     # --- async completions -----------------------------------------------------
 
-    async def complete(self, token: str, value: Any = None) -> bool:
+    async def complete(self, token: str, value: Any = None, *, by: str | None = None) -> bool:
         """Completes the ``ctx.await_completion`` that handed out ``token`` with ``value``.
 
         Returns True once the completion is durable; False when the operation
@@ -878,16 +878,17 @@ class Engine:
         and :class:`fusee.SerializationError` (nothing recorded) when the
         value does not convert to the await's ``result_type``.
         """
-        return await self._complete_token(token, rec.Status.OK, value)
+        return await self._complete_token(token, rec.Status.OK, value, by)
 
-    async def fail_completion(self, token: str, message: str = "") -> bool:
+    async def fail_completion(self, token: str, message: str = "", *, by: str | None = None) -> bool:
         """Fails the ``ctx.await_completion`` that handed out ``token``: it raises
         :class:`fusee.CompletionFailed` with ``message`` in the workflow. Returns
         as :meth:`complete` does."""
-        return await self._complete_token(token, rec.Status.FAILED, str(message))
+        return await self._complete_token(token, rec.Status.FAILED, str(message), by)
 
-    async def _complete_token(self, token: str, status: rec.Status, value: Any) -> bool:
+    async def _complete_token(self, token: str, status: rec.Status, value: Any, by: str | None) -> bool:
         self._check_open()
+        who = _by(by)
         wid, run_id, seq, attempt = parse_token(token)
         st = self._rt.current(wid)
         if st.run_id != run_id or not st.running:
@@ -904,7 +905,7 @@ class Engine:
             )
         else:
             payload = codec.encode_error(CompletionFailed(value), traceback=False)
-        if not run.machine.complete(seq, jm.AsyncCompleted(attempt, status, payload)):
+        if not run.machine.complete(seq, jm.AsyncCompleted(attempt, status, payload, who)):
             return False
         run.pump()
         await self._durable(run.shard, run.machine.gate)
@@ -1155,7 +1156,7 @@ def _by(by: str | None) -> bytes | None:
 class AuditEntry:
     """One journaled request from outside the run: who asked for what."""
 
-    #: "signal", "cancel", "terminate" or "resume".
+    #: "signal", "cancel", "terminate", "resume", "complete" or "reset".
     action: str
     #: Who asked (the ``by=`` of the call).
     by: str
@@ -1180,6 +1181,10 @@ def _audit_view(journal: list[rec.Record]) -> tuple[AuditEntry, ...]:
             out.append(AuditEntry("terminate", who, r.payload.decode("utf-8", "replace")))  # type: ignore[union-attr]
         elif t is rec.Resume:
             out.append(AuditEntry("resume", who))
+        elif t is rec.Completed:
+            out.append(AuditEntry("complete", who, "failed" if r.status != rec.Status.OK else ""))  # type: ignore[union-attr]
+        elif t is rec.Start:
+            out.append(AuditEntry("reset", who))
     return tuple(out)
 
 

@@ -29,7 +29,10 @@ def find_cut(journal: list[rec.Record], before_step: str | None, before_position
         if not isinstance(before_position, int) or isinstance(before_position, bool) or before_position < 0:
             raise ValueError(f"before_position must be a position (an int >= 0), got {before_position!r}")
         return before_position
-    found = [r.seq for r in journal if isinstance(r, rec.Step | rec.Attempt) and r.name == before_step]
+    found = [
+        r.seq for r in journal
+        if isinstance(r, rec.Step | rec.Attempt | rec.Awaiting) and r.name == before_step
+    ]
     found += [seq for seq, name in (live_steps or {}).items() if name == before_step]
     if not found:
         raise ValueError(f"the run has no step named {before_step!r} (journaled or running) to reset before")

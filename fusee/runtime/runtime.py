@@ -660,7 +660,7 @@ class Runtime:
         journal = list(journal)
         start = journal[0]
         assert isinstance(start, rec.Start)
-        live = {s: op.name for s, op in st.run.ops.items() if op.kind == 0} if st.run is not None else {}
+        live = {s: op.name for s, op in st.run.ops.items() if op.kind in (0, 5)} if st.run is not None else {}
         cut = reset_journal.find_cut(journal, before_step, before_position, live)
         prefix, later = reset_journal.split(journal, cut)
         wdef = self.definition(st.wtype, version if version is not None else start.version)
@@ -678,7 +678,7 @@ class Runtime:
         rid = self.new_run_id()
         new_start = msgspec.structs.replace(
             start, run=rid, id=target.id, wtype=wdef.name, version=wdef.version,
-            started_ms=self.env.now_ms(), parent=target.parent,
+            started_ms=self.env.now_ms(), parent=target.parent, by=by,
         )
         records: list[rec.Record] = [new_start, *reset_journal.renumber(prefix[1:], rid)]
         if reapply_signals:

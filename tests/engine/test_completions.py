@@ -144,3 +144,18 @@ async def test_update_with_start_starts_then_attaches(tmp_path: Path) -> None:
         assert await engine.update_with_start(cart, "cart-1", "ann", add, 3, update_id="u1") == 3
     async with fusee.Engine.open(tmp_path, workflows=[cart]) as engine:
         assert await engine.update(("cart-1"), add, 1) == 8  # the replay applied each once
+
+
+async def test_who_completed_and_who_reset_are_audited() -> None:
+    async with fusee.Engine.open(workflows=[approval]) as engine:
+        h = await engine.start(approval, "a-1", 9)
+        await until(lambda: any(isinstance(r, rec.Awaiting) for r in engine._rt.wf["a-1"].journal))
+        assert await engine.complete(TOKENS[0], "carol", by="webhook:acme") is True
+        assert await h.result() == "9 approved by carol"
+        assert fusee.AuditEntry("complete", "webhook:acme") in engine.describe("a-1").audit
+        h2 = await engine.reset("a-1", before_step="manager", by="ops:dana")
+        assert engine.describe("a-1").audit[0] == fusee.AuditEntry("reset", "ops:dana")
+        await until(lambda: len(TOKENS) == 2)
+        await engine.fail_completion(TOKENS[1], "over budget", by="manager:erin")
+        assert await h2.result() == "rejected: over budget"
+        assert fusee.AuditEntry("complete", "manager:erin", "failed") in engine.describe("a-1").audit
