@@ -18,6 +18,7 @@ The format and the rules are described in docs/storage.md.
 from __future__ import annotations
 
 import bisect
+import collections
 import dataclasses
 import errno
 import os
@@ -25,6 +26,7 @@ import random
 import re
 import struct
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 
 from fusee import sabotage
@@ -139,11 +141,14 @@ class FlushJob:
             self._done.wait()
 
     def _execute(self) -> None:
+        t0 = time.perf_counter()
         try:
             self._log._write_batch(self)
         except BaseException as e:  # stored for finish_flush on the owner thread
             self.error = e
         finally:
+            # An I/O statistic (metrics only): no decision of the engine reads it.
+            self._log.flush_seconds.append(time.perf_counter() - t0)
             self._state = 2
             self._done.set()
 
@@ -163,6 +168,8 @@ class SharedLog:
         self._salt_seed = rng.getrandbits(64)
         #: Set once an I/O failure made the log unusable: owners must reopen.
         self.failed: BaseException | None = None
+        #: How long the latest flushes took (write + fdatasync), seconds; for metrics.
+        self.flush_seconds: collections.deque[float] = collections.deque(maxlen=1024)
         self._appended = [0] * shards
         self._durable = [0] * shards
         self._builder = BatchBuilder()
