@@ -121,3 +121,27 @@ def test_a_stream_survives_sigkill_unchanged(tmp_path: Path) -> None:
     assert chunks == [f"tok-{i}" for i in range(40)]
     assert chunks[: len(seen)] == seen
     assert out[-1] == {"result": 40}
+
+
+def test_heartbeat_progress_and_a_reset_survive_sigkill(tmp_path: Path) -> None:
+    p = start(tmp_path, "export")
+    wait_for(lambda: sum(x.startswith("page") for x in ledger(tmp_path)) >= 20, p)
+    p.send_signal(signal.SIGKILL)
+    p.communicate(timeout=60)
+    reported = sum(x.startswith("page") for x in ledger(tmp_path))
+    out = finish(start(tmp_path, "export"))
+    assert out[-1] == {"result": 60}
+    resumes = [int(x.split()[1]) for x in ledger(tmp_path) if x.startswith("resume")]
+    # The restarted attempt began from durable progress: past the start, not past what was reported.
+    assert resumes[0] == 0 and 0 < resumes[1] <= reported
+
+    # An operator resets the finished run; the process dies while the export runs again.
+    p = start(tmp_path, "export-reset")
+    assert p.stdout is not None
+    assert json.loads(p.stdout.readline()) == {"reset_acked": True}
+    p.send_signal(signal.SIGKILL)
+    p.communicate(timeout=60)
+    out = finish(start(tmp_path, "export"))
+    assert out[-1] == {"result": 60}
+    resumes = [int(x.split()[1]) for x in ledger(tmp_path) if x.startswith("resume")]
+    assert len(resumes) >= 3 and resumes[2] == 0  # the reset run started the export afresh

@@ -118,8 +118,26 @@ async def talker(ctx: fusee.Ctx) -> int:
     return int(await ctx.step("talk", talk))
 
 
+# --- a long export with heartbeats, reset by an operator -------------------------------------
+
+
+def export_pages(info: fusee.StepInfo) -> int:
+    start = info.progress or 0
+    ledger(f"resume {start}")
+    for page in range(start, 60):
+        ledger(f"page {page}")
+        info.heartbeat(page + 1)  # pages done so far
+        time.sleep(0.01)
+    return 60
+
+
+@fusee.workflow("exporter")
+async def exporter(ctx: fusee.Ctx) -> int:
+    return int(await ctx.step("export", export_pages, heartbeat_timeout="10s"))
+
+
 async def main() -> None:
-    async with fusee.Engine.open(DIR, workflows=[etl, saga, approval, talker]) as engine:
+    async with fusee.Engine.open(DIR, workflows=[etl, saga, approval, talker, exporter]) as engine:
         if MODE == "etl":
             h = await engine.start(etl, "etl-1", 2000, if_running="attach", if_finished="attach")
             emit(started=True)
@@ -153,6 +171,13 @@ async def main() -> None:
             async for chunk in engine.read_stream("talk-1", "tokens"):
                 emit(chunk=chunk)
             emit(result=await engine.get("talk-1").result())
+        elif MODE == "export":
+            await engine.start(exporter, "exp-1", if_running="attach", if_finished="attach")
+            emit(result=await engine.get("exp-1").result())
+        elif MODE == "export-reset":
+            await engine.reset("exp-1", before_step="export", by="ops:kim")
+            emit(reset_acked=True)
+            await asyncio.sleep(3600)  # the test kills us while the export runs again
         else:
             raise SystemExit(f"unknown mode {MODE}")
 
