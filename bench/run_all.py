@@ -39,7 +39,7 @@ import common
 DBOS_VENV = common.BENCH_DIR / ".venv-dbos"
 DBOS_PY = DBOS_VENV / "bin" / "python"
 PLOT_NAME = "step_latency.png"
-FUSEE_WORKLOADS = ["chain", "fanout", "start", "signals", "timers", "scale", "recovery", "list"]
+FUSEE_WORKLOADS = ["chain", "fanout", "start", "signals", "timers", "scale", "recovery", "list", "stream"]
 #: Engine options per workload (disclosed in the report): the defaults, except
 #: that the scale workload parks runs after 1 s so that RSS is read with them
 #: parked. (The step functions are ``async def``: ``inline_sync_steps`` would
@@ -223,6 +223,9 @@ ROWS: list[tuple[str, str, str, str, bool]] = [
      "s", False),
     ("list", "list_p50_us", "list: selective attribute filter p50", "us", False),
     ("list", "list_p99_us", "list: selective attribute filter p99", "us", False),
+    ("stream", "chunks_per_s", "stream: chunks/s written and read live", "n", True),
+    ("stream", "p50_us", "stream: write → read p50", "us", False),
+    ("stream", "p99_us", "stream: write → read p99", "us", False),
 ]
 
 

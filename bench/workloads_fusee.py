@@ -117,7 +117,26 @@ async def tagged(ctx: fusee.Ctx, i: int) -> int:
     return i
 
 
-WORKFLOWS = [chain, fan, one_step, waiter, sleeper, parked, tagged]
+WRITTEN: dict[int, float] = {}
+
+
+async def talk(info: fusee.StepInfo, chunks: int) -> int:
+    """Writes ``chunks`` chunks, each stamped with its write time (an async step function)."""
+    out = info.stream("tokens")
+    for i in range(chunks):
+        WRITTEN[i] = time.perf_counter()
+        out.write(i)
+        if i % 64 == 63:
+            await asyncio.sleep(0)  # a model yields between tokens now and then
+    return chunks
+
+
+@fusee.workflow("bench_streamer")
+async def streamer(ctx: fusee.Ctx, chunks: int) -> int:
+    return int(await ctx.step("talk", talk, chunks))
+
+
+WORKFLOWS = [chain, fan, one_step, waiter, sleeper, parked, tagged, streamer]
 
 
 #: Data directories made by this process, removed once its workload is done.
@@ -442,9 +461,37 @@ async def run_recovery(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
+async def run_stream(args: argparse.Namespace) -> dict[str, Any]:
+    """One step writes ``args.chunks`` chunks while a reader follows: chunks/s and write→read latency."""
+    n = args.chunks
+    WRITTEN.clear()
+    engine = await open_engine(scratch("fusee-stream"), args.engine_options)
+    lat: list[float] = []
+    try:
+        with common.measured() as m:
+            await engine.start(streamer, "s-1", n)
+            seen = 0
+            async for chunk in engine.read_stream("s-1", "tokens"):
+                lat.append(time.perf_counter() - WRITTEN[int(chunk)])
+                seen += 1
+        assert seen == n, seen
+        read_s = m["wall_s"]
+        with common.measured() as m2:
+            again = [c async for c in engine.read_stream("s-1", "tokens")]
+        assert len(again) == n
+    finally:
+        await engine.close()
+    return {
+        "workload": "stream", "count": n, "wall_s": read_s, "cpu_s": m["cpu_s"],
+        "chunks_per_s": n / read_s, "reread_chunks_per_s": n / m2["wall_s"],
+        **common.latency_summary(lat),
+    }
+
+
 WORKLOADS = {
     "chain": run_chain, "fanout": run_fanout, "start": run_start, "signals": run_signals,
     "timers": run_timers, "scale": run_scale, "recovery": run_recovery, "list": run_list,
+    "stream": run_stream,
 }
 
 
@@ -465,6 +512,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--park-wait", type=float, default=None,
                         help="seconds to wait for runs to park before reading RSS (2)")
     parser.add_argument("--list-runs", type=int, help="list: parked runs with attributes (1,000,000)")
+    parser.add_argument("--chunks", type=int, help="stream: chunks written and read (20,000)")
     parser.add_argument("--list-repeats", type=int, default=200, help="list: timed queries (200)")
     parser.add_argument("--recovery-runs", type=int, help="runs before the SIGKILL (100,000)")
     parser.add_argument("--recovery-steps", type=int, default=8,
@@ -479,6 +527,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "chain": (200, 2000), "fanout": (100, 2000), "starts": (50, 500),
         "signals": (50, 10_000), "timers": (50, 10_000), "scale": (2000, 1_000_000),
         "recovery_runs": (500, 100_000), "park_wait": (0.5, 2.0), "list_runs": (5_000, 1_000_000),
+        "chunks": (500, 20_000),
     }
     for name, (small, full) in defaults.items():
         if getattr(args, name) is None:

@@ -961,6 +961,14 @@ class Engine:
         reconnect at any offset. ``ended`` is true once the stream (or the run)
         ended and every chunk before the end was returned.
         """
+        chunks, nxt, ended, _ = await self._read_stream(workflow_id, name, offset, wait, None)
+        return chunks, nxt, ended
+
+    async def _read_stream(
+        self, workflow_id: str, name: str, offset: int, wait: Duration | None, hint: tuple[int, int] | None
+    ) -> tuple[list[Any], int, bool, tuple[int, int]]:
+        """``read_stream_batch``, resuming the journal scan at ``hint`` (run ID, index) when it
+        is still that run's."""
         self._check_open()
         wid = self._check_id(workflow_id)
         if not isinstance(offset, int) or offset < 0:
@@ -970,20 +978,24 @@ class Engine:
         while True:
             st = self._rt.current(wid)
             journal, lsns = self._rt.journal_of(st)
-            chunks, nxt, ended = durable_chunks(journal, lsns, self._rt.durable(st.shard), name, offset)
+            start = hint[1] if hint is not None and hint[0] == st.run_id and hint[1] <= len(journal) else 0
+            chunks, nxt, ended, at = durable_chunks(
+                journal, lsns, self._rt.durable(st.shard), name, offset, start)
+            hint = (st.run_id, at)
             left = deadline - loop.time()
             if chunks or ended or left <= 0 or self._closed:
-                return chunks, nxt, ended
+                return chunks, nxt, ended, hint
             await self._rt.stream_changed(left)
 
     async def read_stream(self, workflow_id: str, name: str, offset: int = 0) -> AsyncIterator[Any]:
         """Follows stream ``name`` from ``offset``, yielding each durable chunk, until it ends."""
+        hint: tuple[int, int] | None = None
         while True:
-            chunks, offset, ended = await self.read_stream_batch(workflow_id, name, offset, wait=30.0)
+            chunks, offset, ended, hint = await self._read_stream(workflow_id, name, offset, 30.0, hint)
             for chunk in chunks:
                 yield chunk
-            if ended and not chunks:
-                return
+            if ended:
+                return  # the batch that saw the end held every chunk before it
 
     async def export(self, workflow_id: str, path: str | os.PathLike[str]) -> int:
         """Writes the durable journal of the workflow's current run to ``path`` (a ``.fjnl`` file).

@@ -111,15 +111,21 @@ def _on_loop(loop: asyncio.AbstractEventLoop, fn: Callable[[], Any]) -> Any:
 
 
 def durable_chunks(
-    journal: list[rec.Record], lsns: list[int], durable: int, name: str, offset: int
-) -> tuple[list[Any], int, bool]:
-    """(chunk values from ``offset``, the next offset, whether the stream ended), durable ones only."""
+    journal: list[rec.Record], lsns: list[int], durable: int, name: str, offset: int, start: int = 0
+) -> tuple[list[Any], int, bool, int]:
+    """(chunk values from ``offset``, the next offset, whether the stream ended, where to
+    look next time), durable ones only. ``start`` is a journal index no later than the
+    chunk at ``offset`` (what an earlier call returned): a follower reads each record once."""
     chunks: list[Any] = []
     ended = False
     nxt = offset
-    for r, lsn in zip(journal, lsns, strict=True):
+    i = start
+    n = len(journal)
+    while i < n:
+        r, lsn = journal[i], lsns[i]
         if lsn > durable:
             break
+        i += 1
         t = type(r)
         if t is rec.Chunk and r.stream == name:  # type: ignore[union-attr]
             if r.offset >= offset:  # type: ignore[union-attr]
@@ -129,4 +135,4 @@ def durable_chunks(
             ended = True
         elif t is rec.Done:
             ended = True  # the run ended: nothing more comes
-    return chunks, nxt, ended
+    return chunks, nxt, ended, i

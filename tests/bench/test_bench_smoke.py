@@ -131,11 +131,12 @@ def test_fusee_workloads_quick(tmp_path: Path) -> None:
     results = _run(str(BENCH / "workloads_fusee.py"), "all", "--quick", "--chain", "30",
                    "--fanout", "20", "--starts", "10", "--signals", "10", "--timers", "5",
                    "--scale", "200", "--recovery-runs", "30", "--park-wait", "0",
-                   "--list-runs", "10100", "--list-repeats", "5",
+                   "--list-runs", "10100", "--list-repeats", "5", "--chunks", "200",
                    scratch=tmp_path, timeout=240)
     by_name = {r["workload"]: r for r in results}
     assert set(by_name) == {"chain", "fanout", "start", "signals", "timers", "scale",
-                            "recovery", "list"}
+                            "recovery", "list", "stream"}
+    assert by_name["stream"]["count"] == 200 and by_name["stream"]["n"] == 200
     assert by_name["chain"]["steps"] == 30 and by_name["chain"]["n"] == 29
     assert by_name["fanout"]["workflows"] == 20
     assert by_name["start"]["n"] == 10 and by_name["signals"]["n"] == 10
