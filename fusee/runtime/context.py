@@ -320,6 +320,9 @@ class Ctx:
 
         ``close_policy`` says what happens to the child if this run ends
         first: ``"terminate"``, ``"request_cancel"`` or ``"abandon"``.
+        ``timeout`` bounds the wait: past it this raises
+        :class:`fusee.WorkflowTimedOut` and the child gets its close policy.
+        The deadline is journaled: it holds across crashes.
         """
         return self._run.op_child(workflow, workflow_id, input, close_policy, timeout, detached=False)
 
