@@ -29,6 +29,8 @@ class Sabotage:
     step_after_cancel: bool = False
     #: The log's flush runs in the step pool (queues behind step functions).
     flush_shares_step_pool: bool = False
+    #: ``engine.complete`` accepts a token of a stale attempt (as if it were the current one).
+    accept_stale_completion: bool = False
 
 
 #: The switches in force. Engine code reads them; only tests write them.

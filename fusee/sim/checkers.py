@@ -117,6 +117,8 @@ class Observed:
     children: dict[str, list[tuple[str, str]]] = dataclasses.field(default_factory=dict)
     #: Acknowledged (durable) cancels: workflow ID -> virtual time of the acknowledgement.
     cancels: dict[str, float] = dataclasses.field(default_factory=dict)
+    #: Answers to ``engine.complete``: (workflow ID, token, accepted), in arrival order.
+    completions: list[tuple[str, str, bool]] = dataclasses.field(default_factory=list)
     #: Online violations (first come first listed).
     violations: list[str] = dataclasses.field(default_factory=list)
 
@@ -148,6 +150,9 @@ class Observed:
                 f"later {outcome.status} {outcome.value!r}: an update ran twice"
             )
 
+    def completion_answered(self, wid: str, token: str, accepted: bool) -> None:
+        self.completions.append((wid, token, accepted))
+
     def query_answered(self, wid: str, value: int) -> None:
         """A query of a counter answered ``value``: totals only grow, so answers never go back."""
         answers = self.queries.setdefault(wid, [])
@@ -160,6 +165,32 @@ class Observed:
 
 
 # --- checks on a snapshot -------------------------------------------------
+
+
+def check_completions(obs: Observed, tokens_returned: Iterable[str]) -> list[str]:
+    """One completion accepted per await, and never with a stale token.
+
+    Each workflow ID of the workload awaits one completion. ``engine.complete``
+    returns True only once the completion is durable, so at most one True per
+    workflow (a duplicate, or a second token, must get False). A token is
+    current only if some invocation of its token function returned after
+    handing it out; a token whose every invocation failed is stale and must
+    never be accepted.
+    """
+    out: list[str] = []
+    current = set(tokens_returned)
+    accepted: dict[str, list[str]] = {}
+    for wid, token, ok in obs.completions:
+        if not ok:
+            continue
+        accepted.setdefault(wid, []).append(token)
+        if token not in current:
+            out.append(f"completion of {wid} with stale token {token!r} was accepted "
+                       "(its token function failed after handing it out)")
+    for wid, tokens in accepted.items():
+        if len(tokens) > 1:
+            out.append(f"workflow {wid} accepted {len(tokens)} completions of one await: {tokens!r}")
+    return out
 
 
 def check_starts(obs: Observed, snap: Snapshot) -> list[str]:

@@ -89,6 +89,21 @@ class Service:
     #: Seconds the synchronous step function that just ran holds its pool slot
     #: (set by the function, taken by the simulated step pool right after it returns).
     next_hold: float = 0.0
+    #: Completion tokens handed out per workflow ID, in order (``ctx.await_completion``).
+    tokens: dict[str, list[str]] = dataclasses.field(default_factory=dict)
+    #: Tokens some invocation of their token function returned after handing out
+    #: (the others were handed out by an attempt that then failed: stale).
+    tokens_returned: set[str] = dataclasses.field(default_factory=set)
+
+    def hand_out(self, wid: str, token: str) -> None:
+        """A token function of ``wid`` handed out ``token``."""
+        seen = self.tokens.setdefault(wid, [])
+        if token not in seen:
+            seen.append(token)
+
+    def token_returned(self, token: str) -> None:
+        """The token function that handed out ``token`` returned: the token is the await's current one."""
+        self.tokens_returned.add(token)
 
     def take_hold(self) -> float:
         """The hold the last synchronous step function asked for (0 if none)."""

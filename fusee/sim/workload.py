@@ -15,8 +15,8 @@ from typing import Any
 
 import fusee
 from fusee.sim.config import SimConfig
-from fusee.sim.plan import Cancel, Plan, Query, Signal, Start, Terminate, Update
-from fusee.sim.service import Service, stable_hash
+from fusee.sim.plan import Cancel, Complete, Plan, Query, Signal, Start, Terminate, Update
+from fusee.sim.service import Service, TransientError, stable_hash
 
 approve = fusee.signal("approve", int)
 close = fusee.signal("close", int)
@@ -226,7 +226,24 @@ def build(cfg: SimConfig) -> Plan:
         c = int(await call(ctx, "store", b, 1))
         return int(await read(ctx, "verify", c))
 
-    workflows = [order, ship, fanout, pinger, counter, looper, patchy, kid, parent, reader, saga]
+    @fusee.workflow("approval")
+    async def approval(ctx: fusee.Ctx, n: int) -> int:
+        # Waits for an outside approval (engine.complete). For even inputs the
+        # token function fails its first attempt after handing out its token:
+        # that token is stale and must be refused.
+        quote = int(await call(ctx, "quote", n))
+        wid = ctx.workflow_id
+
+        async def hand_out(info: Any) -> None:
+            svc.hand_out(wid, info.token)
+            if info.attempt == 1 and n % 2 == 0:
+                raise TransientError(f"mailer down after sending {info.token}")
+            svc.token_returned(info.token)
+
+        got = await ctx.await_completion("approve", hand_out, retry=retry(3), result_type=int)
+        return quote + int(got)
+
+    workflows = [order, ship, fanout, pinger, counter, looper, patchy, kid, parent, reader, saga, approval]
     plan = Plan(
         workflows=workflows,
         on_crash=[deployment.deploy],
@@ -243,7 +260,7 @@ def build(cfg: SimConfig) -> Plan:
     _plan_client(cfg, plan, {
         "order": order, "fanout": fanout, "pinger": pinger, "counter": counter,
         "looper": looper, "patchy": patchy, "parent": parent, "reader": reader,
-        "saga": saga,
+        "saga": saga, "approval": approval,
     })
     return plan
 
@@ -251,6 +268,8 @@ def build(cfg: SimConfig) -> Plan:
 def _plan_client(cfg: SimConfig, plan: Plan, defs: dict[str, Any]) -> None:
     """What the client does and when, drawn from the seed."""
     rng = random.Random(f"workload-{cfg.seed}")
+    # Actions added later draw from their own stream, so older seeds keep their plans.
+    ops = random.Random(f"operate-plan-{cfg.seed}")
     kinds = [k for k, w in cfg.mix.items() for _ in range(w)]
     span = max(1, cfg.duration_ms // 2)
     orders: list[str] = []
@@ -288,6 +307,13 @@ def _plan_client(cfg: SimConfig, plan: Plan, defs: dict[str, Any]) -> None:
                 plan.actions.append((t + rng.randrange(60), Cancel(wid)))
             elif roll < 0.55:
                 plan.actions.append((t + rng.randrange(60), Terminate(wid)))
+        elif kind == "approval":
+            # One or more completions: the later ones are duplicates (refused).
+            for _ in range(1 + ops.randrange(3)):
+                plan.actions.append((t + 1 + ops.randrange(100), Complete(wid, ops.randrange(1000))))
+        elif kind == "parent" and ops.random() < 0.3:
+            # A terminated parent: its children follow their close policies.
+            plan.actions.append((t + ops.randrange(40), Terminate(wid)))
         elif kind == "counter":
             for u in range(1 + rng.randrange(4)):
                 t2 = t + 1 + rng.randrange(120)

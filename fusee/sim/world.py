@@ -29,7 +29,7 @@ from fusee.sim.checkers import Observed, Outcome, RunView, Snapshot
 from fusee.sim.config import SimConfig
 from fusee.sim.env import SimEnv
 from fusee.sim.loop import SimDeadlock, SimLoop
-from fusee.sim.plan import Action, Cancel, Plan, Signal, Start, Terminate, Update
+from fusee.sim.plan import Action, Cancel, Complete, Plan, Signal, Start, Terminate, Update
 from fusee.sim.report import Report
 from fusee.storage.log import SharedLog
 from fusee.storage.simdisk import SimDisk
@@ -590,7 +590,31 @@ class World:
         if isinstance(action, Update):
             return ("ok", await engine.update(action.id, action.update, action.value,
                                               update_id=action.update_id))
+        if isinstance(action, Complete):
+            return ("ok", await self._complete(engine, action))
         return ("ok", await engine.query(action.id, action.query))
+
+    async def _complete(self, engine: Any, action: Complete) -> list[bool]:
+        """Completes every token handed out for ``action.id`` so far, once one is current.
+
+        Waits (polling, at most 2 virtual seconds) until some token function
+        returned; then the stale tokens go first, then the current one.
+        Each answer is recorded as it arrives (a True one is durable).
+        """
+        answers: list[bool] = []
+        svc = self.svc
+        for _ in range(400):
+            tokens = list(svc.tokens.get(action.id, ()))
+            if any(tok in svc.tokens_returned for tok in tokens):
+                for tok in tokens:
+                    ok = bool(await engine.complete(tok, action.value))
+                    self.obs.completion_answered(action.id, tok, ok)
+                    self.report.completions += ok
+                    self.report.completions_refused += not ok
+                    answers.append(ok)
+                return answers
+            await asyncio.sleep(0.005)
+        return answers
 
     def _observe(self, action: Action, answer: tuple[str, Any]) -> None:
         status, value = answer
@@ -615,6 +639,8 @@ class World:
                 self.obs.update_answered(action.id, action.update_id, Outcome(status, value))
                 self.report.updates += status == "ok"
                 self.report.updates_rejected += status == "rejected"
+        elif isinstance(action, Complete):
+            pass  # each answer was recorded as it came (see _complete)
         elif status == "ok":
             self.report.queries += 1
             if action.monotonic and isinstance(value, int):
@@ -652,6 +678,7 @@ class World:
         if svc is not None:
             problems += checkers.check_cancel_gate(svc.effects, self.obs.cancels, svc.cancels_seen)
             problems += checkers.check_compensation(svc.effects)
+            problems += checkers.check_completions(self.obs, svc.tokens_returned)
             if final:
                 problems += checkers.check_step_outcomes(svc.effects, snap, self.crashed_lives)
         if problems:
@@ -840,6 +867,8 @@ def _describe(action: Action) -> str:
         return f"terminate {action.id}"
     if isinstance(action, Update):
         return f"update {action.update_id} add={action.value!r}"
+    if isinstance(action, Complete):
+        return f"complete {action.id} with {action.value!r}"
     return f"query {action.query.name} of {action.id}"
 
 

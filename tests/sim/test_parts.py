@@ -258,3 +258,24 @@ def test_requests_refused_during_a_close_leave_no_trace() -> None:
     assert checkers.check_refused(refused, snap) == []
     bad = [("start", "w", ""), ("signal", "w", "77"), ("update", "w", "u1"), ("cancel", "w", "")]
     assert len(checkers.check_refused(bad, snap)) == 4
+
+
+def test_one_completion_per_await_and_stale_tokens_refused() -> None:
+    svc = Service()
+    svc.hand_out("a", "t1")
+    svc.hand_out("a", "t2")
+    svc.hand_out("a", "t2")  # handed out again (a crash ran the attempt again)
+    svc.token_returned("t2")
+    assert svc.tokens == {"a": ["t1", "t2"]}
+    obs = Observed()
+    obs.completion_answered("a", "t1", False)
+    obs.completion_answered("a", "t2", True)
+    obs.completion_answered("a", "t2", False)  # a duplicate, refused
+    assert checkers.check_completions(obs, svc.tokens_returned) == []
+    stale = Observed()
+    stale.completion_answered("a", "t1", True)
+    assert "stale token 't1' was accepted" in checkers.check_completions(stale, svc.tokens_returned)[0]
+    twice = Observed()
+    twice.completion_answered("a", "t2", True)
+    twice.completion_answered("a", "t2", True)
+    assert any("accepted 2 completions" in p for p in checkers.check_completions(twice, {"t2"}))
