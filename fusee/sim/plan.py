@@ -79,7 +79,15 @@ class Complete:
     value: int
 
 
-Action = Start | Signal | Cancel | Terminate | Update | Query | Complete
+@dataclasses.dataclass(frozen=True)
+class Reset:
+    """Reset ``id`` before the first step named ``before_step``, re-applying later signals."""
+
+    id: str
+    before_step: str
+
+
+Action = Start | Signal | Cancel | Terminate | Update | Query | Complete | Reset
 
 
 @dataclasses.dataclass

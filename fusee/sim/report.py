@@ -61,6 +61,11 @@ class Report:
     #: Completions accepted, and ones refused (a duplicate or a stale token).
     completions: int = 0
     completions_refused: int = 0
+    #: Export attempts that began from progress an earlier attempt reported.
+    resumed_exports: int = 0
+    #: Acknowledged resets, and signals they delivered again.
+    resets: int = 0
+    signals_reapplied: int = 0
     sim_ms: int = 0
 
     def line(self) -> str:
@@ -98,6 +103,9 @@ COVERAGE = (
     "cancels_mid_step",
     "completions",
     "completions_refused",
+    "resumed_exports",
+    "resets",
+    "signals_reapplied",
 )
 
 

@@ -15,13 +15,14 @@ from typing import Any
 
 import fusee
 from fusee.sim.config import SimConfig
-from fusee.sim.plan import Cancel, Complete, Plan, Query, Signal, Start, Terminate, Update
+from fusee.sim.plan import Cancel, Complete, Plan, Query, Reset, Signal, Start, Terminate, Update
 from fusee.sim.service import Service, TransientError, stable_hash
 
 approve = fusee.signal("approve", int)
 close = fusee.signal("close", int)
 done = fusee.signal("done", int)
 never = fusee.signal("never", int)
+nudge = fusee.signal("nudge", int)
 total_query = fusee.query("total")
 add = fusee.update("add", int)
 
@@ -243,7 +244,43 @@ def build(cfg: SimConfig) -> Plan:
         got = await ctx.await_completion("approve", hand_out, retry=retry(3), result_type=int)
         return quote + int(got)
 
-    workflows = [order, ship, fanout, pinger, counter, looper, patchy, kid, parent, reader, saga, approval]
+    @fusee.workflow("export")
+    async def export(ctx: fusee.Ctx, n: int) -> int:
+        # A long step that reports progress (items done, in chunks of 10) with
+        # heartbeats; for even inputs its first attempt goes silent once half
+        # done, the heartbeat timeout fails it, and the next attempt resumes
+        # from the progress it sees.
+        total = 30 + 10 * (n % 4)
+
+        async def run_export(info: Any) -> int:
+            done = info.progress
+            svc.began_from(info.key, info.attempt, done)
+            done = done or 0
+            while done < total:
+                if info.attempt == 1 and n % 2 == 0 and done >= total // 2:
+                    await asyncio.sleep(1.0)  # silent: no heartbeat, the attempt times out
+                await asyncio.sleep(0.001)
+                done += 10
+                svc.reported(info.key, done)
+                info.heartbeat(done)
+            return done
+
+        got = int(await ctx.step("export", run_export, heartbeat_timeout=0.01, retry=retry(8)))
+        return got + int(await call(ctx, "notify", n))
+
+    @fusee.workflow("resettable")
+    async def resettable(ctx: fusee.Ctx, n: int) -> int:
+        # The client resets it before "mark": the new run replays "prep" and
+        # the first wait, runs "mark" again and gets the nudges that arrived
+        # after the cut once more.
+        a = int(await ctx.step("prep", lambda: n * 3))
+        first = await ctx.wait_for(nudge, timeout=0.005)
+        total = a + int(await ctx.step("mark", lambda: a + 1)) + (first or 0)
+        while (got := await ctx.wait_for(nudge, timeout=0.15)) is not None:
+            total += got
+        return total
+
+    workflows = [order, ship, fanout, pinger, counter, looper, patchy, kid, parent, reader, saga, approval, export, resettable]
     plan = Plan(
         workflows=workflows,
         on_crash=[deployment.deploy],
@@ -255,12 +292,14 @@ def build(cfg: SimConfig) -> Plan:
             "transient_failures": svc.failures,
             "patched": counts["patched"],
             "continued": counts["continued"],
+            "resumed_exports": sum(1 for _, _, _, p in svc.resumes if p),
         },
     )
     _plan_client(cfg, plan, {
         "order": order, "fanout": fanout, "pinger": pinger, "counter": counter,
         "looper": looper, "patchy": patchy, "parent": parent, "reader": reader,
-        "saga": saga, "approval": approval,
+        "saga": saga, "approval": approval, "export": export,
+        "resettable": resettable,
     })
     return plan
 
@@ -311,6 +350,11 @@ def _plan_client(cfg: SimConfig, plan: Plan, defs: dict[str, Any]) -> None:
             # One or more completions: the later ones are duplicates (refused).
             for _ in range(1 + ops.randrange(3)):
                 plan.actions.append((t + 1 + ops.randrange(100), Complete(wid, ops.randrange(1000))))
+        elif kind == "resettable":
+            for k in range(ops.randrange(5)):
+                plan.actions.append((t + 1 + ops.randrange(200), Signal(wid, nudge, ops.randrange(100), f"{wid}/n{k}")))
+            for _ in range(1 + ops.randrange(2)):
+                plan.actions.append((t + 10 + ops.randrange(140), Reset(wid, "mark")))
         elif kind == "parent" and ops.random() < 0.3:
             # A terminated parent: its children follow their close policies.
             plan.actions.append((t + ops.randrange(40), Terminate(wid)))

@@ -23,13 +23,14 @@ from typing import Any
 
 import fusee
 from fusee import errors
+from fusee.core import records as rec
 from fusee.runtime.table import dedup_key
 from fusee.sim import checkers, workload
 from fusee.sim.checkers import Observed, Outcome, RunView, Snapshot
 from fusee.sim.config import SimConfig
 from fusee.sim.env import SimEnv
 from fusee.sim.loop import SimDeadlock, SimLoop
-from fusee.sim.plan import Action, Cancel, Complete, Plan, Signal, Start, Terminate, Update
+from fusee.sim.plan import Action, Cancel, Complete, Plan, Reset, Signal, Start, Terminate, Update
 from fusee.sim.report import Report
 from fusee.storage.log import SharedLog
 from fusee.storage.simdisk import SimDisk
@@ -137,6 +138,8 @@ class World:
         #: Requests refused during the current close: (kind, workflow ID, detail) for ``check_refused``.
         self.refused: list[tuple[str, str, str]] = []
         self.svc: Any = self.plan.service
+        #: Resets in flight: (life, workflow ID).
+        self.resetting: set[tuple[int, str]] = set()
         if self.svc is not None:
             self.svc.clock = lambda: self.loop.time()
             self.svc.life = lambda: self.life
@@ -592,6 +595,8 @@ class World:
                                               update_id=action.update_id))
         if isinstance(action, Complete):
             return ("ok", await self._complete(engine, action))
+        if isinstance(action, Reset):
+            return await self._reset(engine, action)
         return ("ok", await engine.query(action.id, action.query))
 
     async def _complete(self, engine: Any, action: Complete) -> list[bool]:
@@ -616,6 +621,41 @@ class World:
             await asyncio.sleep(0.005)
         return answers
 
+    async def _reset(self, engine: Any, action: Reset) -> tuple[str, Any]:
+        """Resets a running workflow and checks the new run's journal against the old one's."""
+        # One reset of an ID at a time (in this life): another one landing while
+        # this one awaits durability would change the run read afterwards.
+        busy = (self.life, action.id)
+        while busy in self.resetting:
+            await asyncio.sleep(0.001)
+        if action.id in self.obs.results:
+            return ("late", None)  # it finished: a reset would run it again
+        self.resetting.add(busy)
+        try:
+            # No suspension between reading the journal and the reset's cut.
+            before = list(await engine.journal(action.id))
+            try:
+                handle = await engine.reset(action.id, before_step=action.before_step,
+                                            reapply_signals=True, by="sim")
+            except ValueError:
+                return ("nothing", "no step to cut before yet")
+            after = list(await engine.journal(action.id))
+        finally:
+            self.resetting.discard(busy)
+        self.log(f"reset {action.id}: run {before[0].run if before else None} ({len(before)} records) "
+                 f"-> run {handle.run_id} ({len(after)} durable records)")
+        self.report.resets += 1
+        cut = min((x.seq for x in after if isinstance(x, rec.Step | rec.Attempt) and x.name == action.before_step),
+                  default=None)
+        if cut is not None:
+            # Signals after the prefix: delivered again (or arrived since).
+            last = max((i for i, x in enumerate(after) if (p := checkers.position(x)) is not None and p < cut),
+                       default=0)
+            self.report.signals_reapplied += sum(isinstance(x, rec.Signal) for x in after[last + 1:])
+        for problem in checkers.check_reset(action.id, before, after, action.before_step):
+            self.obs.violations.append(problem)
+        return ("ok", handle.run_id)
+
     def _observe(self, action: Action, answer: tuple[str, Any]) -> None:
         status, value = answer
         self.log(f"{_describe(action)}: {status} {value!r}")
@@ -639,8 +679,8 @@ class World:
                 self.obs.update_answered(action.id, action.update_id, Outcome(status, value))
                 self.report.updates += status == "ok"
                 self.report.updates_rejected += status == "rejected"
-        elif isinstance(action, Complete):
-            pass  # each answer was recorded as it came (see _complete)
+        elif isinstance(action, (Complete, Reset)):
+            pass  # each answer was recorded as it came (see _complete, _reset)
         elif status == "ok":
             self.report.queries += 1
             if action.monotonic and isinstance(value, int):
@@ -679,6 +719,7 @@ class World:
             problems += checkers.check_cancel_gate(svc.effects, self.obs.cancels, svc.cancels_seen)
             problems += checkers.check_compensation(svc.effects)
             problems += checkers.check_completions(self.obs, svc.tokens_returned)
+            problems += checkers.check_resumes(svc.resumes, svc.progress)
             if final:
                 problems += checkers.check_step_outcomes(svc.effects, snap, self.crashed_lives)
         if problems:
@@ -869,6 +910,8 @@ def _describe(action: Action) -> str:
         return f"update {action.update_id} add={action.value!r}"
     if isinstance(action, Complete):
         return f"complete {action.id} with {action.value!r}"
+    if isinstance(action, Reset):
+        return f"reset {action.id} before {action.before_step!r}"
     return f"query {action.query.name} of {action.id}"
 
 
