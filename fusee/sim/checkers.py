@@ -198,7 +198,9 @@ def check_reset(wid: str, before: list[r.Record], after: list[r.Record], before_
     exactly once; no signal is in the new run twice.
     """
     out: list[str] = []
-    if not after or not isinstance(after[0], r.Start) or not before or not isinstance(before[0], r.Start):
+    if not after:
+        return [f"reset of {wid} acknowledged, but the new run has no durable record"]
+    if not isinstance(after[0], r.Start) or not before or not isinstance(before[0], r.Start):
         return [f"reset of {wid}: no Start opens the journal before or after: {before[:2]!r} / {after[:2]!r}"]
     if after[0].run == before[0].run:
         out.append(f"reset of {wid} acknowledged but its current run is still run {after[0].run}")

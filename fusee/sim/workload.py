@@ -26,6 +26,10 @@ nudge = fusee.signal("nudge", int)
 total_query = fusee.query("total")
 add = fusee.update("add", int)
 
+#: Jobs an operator acts on (completions, heartbeats, resets): started on top
+#: of ``SimConfig.workflows``, from a random stream of their own.
+OPERATE_KINDS = ("approval", "export", "resettable")
+
 #: Close policies the parents cycle through.
 POLICIES = ("terminate", "request_cancel", "abandon")
 
@@ -309,7 +313,7 @@ def _plan_client(cfg: SimConfig, plan: Plan, defs: dict[str, Any]) -> None:
     rng = random.Random(f"workload-{cfg.seed}")
     # Actions added later draw from their own stream, so older seeds keep their plans.
     ops = random.Random(f"operate-plan-{cfg.seed}")
-    kinds = [k for k, w in cfg.mix.items() for _ in range(w)]
+    kinds = [k for k, w in cfg.mix.items() if k not in OPERATE_KINDS for _ in range(w)]
     span = max(1, cfg.duration_ms // 2)
     orders: list[str] = []
     for i in range(cfg.workflows):
@@ -346,15 +350,6 @@ def _plan_client(cfg: SimConfig, plan: Plan, defs: dict[str, Any]) -> None:
                 plan.actions.append((t + rng.randrange(60), Cancel(wid)))
             elif roll < 0.55:
                 plan.actions.append((t + rng.randrange(60), Terminate(wid)))
-        elif kind == "approval":
-            # One or more completions: the later ones are duplicates (refused).
-            for _ in range(1 + ops.randrange(3)):
-                plan.actions.append((t + 1 + ops.randrange(100), Complete(wid, ops.randrange(1000))))
-        elif kind == "resettable":
-            for k in range(ops.randrange(5)):
-                plan.actions.append((t + 1 + ops.randrange(200), Signal(wid, nudge, ops.randrange(100), f"{wid}/n{k}")))
-            for _ in range(1 + ops.randrange(2)):
-                plan.actions.append((t + 10 + ops.randrange(140), Reset(wid, "mark")))
         elif kind == "parent" and ops.random() < 0.3:
             # A terminated parent: its children follow their close policies.
             plan.actions.append((t + ops.randrange(40), Terminate(wid)))
@@ -371,3 +366,19 @@ def _plan_client(cfg: SimConfig, plan: Plan, defs: dict[str, Any]) -> None:
                     plan.actions.append((t2 + 1 + rng.randrange(10), Query(wid, total_query, monotonic=True)))
             for _ in range(2 + rng.randrange(6)):
                 plan.actions.append((t + 1 + rng.randrange(150), Query(wid, total_query, monotonic=True)))
+    # The operator's jobs come on top (so the older jobs of a seed keep their plan).
+    extra = [k for k in OPERATE_KINDS for _ in range(cfg.mix.get(k, 0))]
+    for j, kind in enumerate(extra):
+        i = cfg.workflows + j
+        wid = f"wf-{i}"
+        t = ops.randrange(span)
+        plan.actions.append((t, Start(wid, defs[kind], i, kind)))
+        if kind == "approval":
+            # One or more completions: the later ones are duplicates (refused).
+            for _ in range(1 + ops.randrange(3)):
+                plan.actions.append((t + 1 + ops.randrange(100), Complete(wid, ops.randrange(1000))))
+        elif kind == "resettable":
+            for k in range(ops.randrange(5)):
+                plan.actions.append((t + 1 + ops.randrange(200), Signal(wid, nudge, ops.randrange(100), f"{wid}/n{k}")))
+            for _ in range(1 + ops.randrange(2)):
+                plan.actions.append((t + 10 + ops.randrange(140), Reset(wid, "mark")))

@@ -645,8 +645,8 @@ class World:
         self.log(f"reset {action.id}: run {before[0].run if before else None} ({len(before)} records) "
                  f"-> run {handle.run_id} ({len(after)} durable records)")
         self.report.resets += 1
-        cut = min((x.seq for x in after if isinstance(x, rec.Step | rec.Attempt) and x.name == action.before_step),
-                  default=None)
+        cut = min((x.seq for x in (*before, *after)
+                   if isinstance(x, rec.Step | rec.Attempt) and x.name == action.before_step), default=None)
         if cut is not None:
             # Signals after the prefix: delivered again (or arrived since).
             last = max((i for i, x in enumerate(after) if (p := checkers.position(x)) is not None and p < cut),
