@@ -117,8 +117,9 @@ class Observed:
     children: dict[str, list[tuple[str, str]]] = dataclasses.field(default_factory=dict)
     #: Acknowledged (durable) cancels: workflow ID -> virtual time of the acknowledgement.
     cancels: dict[str, float] = dataclasses.field(default_factory=dict)
-    #: Answers to ``engine.complete``: (workflow ID, token, accepted), in arrival order.
-    completions: list[tuple[str, str, bool]] = dataclasses.field(default_factory=list)
+    #: Answers to ``engine.complete``/``fail_completion``: (workflow ID, token,
+    #: accepted, value; -1 for a failure), in arrival order.
+    completions: list[tuple[str, str, bool, int]] = dataclasses.field(default_factory=list)
     #: Online violations (first come first listed).
     violations: list[str] = dataclasses.field(default_factory=list)
 
@@ -150,8 +151,8 @@ class Observed:
                 f"later {outcome.status} {outcome.value!r}: an update ran twice"
             )
 
-    def completion_answered(self, wid: str, token: str, accepted: bool) -> None:
-        self.completions.append((wid, token, accepted))
+    def completion_answered(self, wid: str, token: str, accepted: bool, value: int = 0) -> None:
+        self.completions.append((wid, token, accepted, value))
 
     def query_answered(self, wid: str, value: int) -> None:
         """A query of a counter answered ``value``: totals only grow, so answers never go back."""
@@ -257,15 +258,20 @@ def check_completions(obs: Observed, tokens_returned: Iterable[str]) -> list[str
     workflow (a duplicate, or a second token, must get False). A token is
     current only if some invocation of its token function returned after
     handing it out; a token whose every invocation failed is stale and must
-    never be accepted.
+    never be accepted. A workflow that returns what its await got (the
+    workload's approvals) reports the accepted completion's value.
     """
     out: list[str] = []
     current = set(tokens_returned)
     accepted: dict[str, list[str]] = {}
-    for wid, token, ok in obs.completions:
+    for wid, token, ok, value in obs.completions:
         if not ok:
             continue
         accepted.setdefault(wid, []).append(token)
+        result = obs.results.get(wid)
+        if result is not None and result.status == "ok" and result.value != value:
+            out.append(f"workflow {wid} returned {result.value!r}, but the completion accepted "
+                       f"with token {token!r} was {value!r}")
         if token not in current:
             out.append(f"completion of {wid} with stale token {token!r} was accepted "
                        "(its token function failed after handing it out)")

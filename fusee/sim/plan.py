@@ -77,6 +77,8 @@ class Complete:
 
     id: str
     value: int
+    #: Fail the await instead (``engine.fail_completion``): it raises ``CompletionFailed``.
+    fail: bool = False
 
 
 @dataclasses.dataclass(frozen=True)

@@ -233,7 +233,8 @@ def build(cfg: SimConfig) -> Plan:
 
     @fusee.workflow("approval")
     async def approval(ctx: fusee.Ctx, n: int) -> int:
-        # Waits for an outside approval (engine.complete). For even inputs the
+        # Waits for an outside approval (engine.complete or fail_completion) and
+        # returns its value (-1 when declined). For even inputs the
         # token function fails its first attempt after handing out its token:
         # that token is stale and must be refused.
         quote = int(await call(ctx, "quote", n))
@@ -245,8 +246,12 @@ def build(cfg: SimConfig) -> Plan:
                 raise TransientError(f"mailer down after sending {info.token}")
             svc.token_returned(info.token)
 
-        got = await ctx.await_completion("approve", hand_out, retry=retry(3), result_type=int)
-        return quote + int(got)
+        assert quote >= 0
+        try:
+            got = await ctx.await_completion("approve", hand_out, retry=retry(3), result_type=int)
+        except fusee.CompletionFailed:
+            return -1  # declined (engine.fail_completion)
+        return int(got)
 
     @fusee.workflow("export")
     async def export(ctx: fusee.Ctx, n: int) -> int:
@@ -376,7 +381,8 @@ def _plan_client(cfg: SimConfig, plan: Plan, defs: dict[str, Any]) -> None:
         if kind == "approval":
             # One or more completions: the later ones are duplicates (refused).
             for _ in range(1 + ops.randrange(3)):
-                plan.actions.append((t + 1 + ops.randrange(100), Complete(wid, ops.randrange(1000))))
+                plan.actions.append((t + 1 + ops.randrange(100),
+                                     Complete(wid, ops.randrange(1000), fail=ops.random() < 0.2)))
         elif kind == "resettable":
             for k in range(ops.randrange(5)):
                 plan.actions.append((t + 1 + ops.randrange(200), Signal(wid, nudge, ops.randrange(100), f"{wid}/n{k}")))

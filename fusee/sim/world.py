@@ -612,8 +612,11 @@ class World:
             tokens = list(svc.tokens.get(action.id, ()))
             if any(tok in svc.tokens_returned for tok in tokens):
                 for tok in tokens:
-                    ok = bool(await engine.complete(tok, action.value))
-                    self.obs.completion_answered(action.id, tok, ok)
+                    if action.fail:
+                        ok = bool(await engine.fail_completion(tok, "declined"))
+                    else:
+                        ok = bool(await engine.complete(tok, action.value))
+                    self.obs.completion_answered(action.id, tok, ok, -1 if action.fail else action.value)
                     self.report.completions += ok
                     self.report.completions_refused += not ok
                     answers.append(ok)
@@ -909,7 +912,7 @@ def _describe(action: Action) -> str:
     if isinstance(action, Update):
         return f"update {action.update_id} add={action.value!r}"
     if isinstance(action, Complete):
-        return f"complete {action.id} with {action.value!r}"
+        return f"{'fail' if action.fail else 'complete'} {action.id} with {action.value!r}"
     if isinstance(action, Reset):
         return f"reset {action.id} before {action.before_step!r}"
     return f"query {action.query.name} of {action.id}"

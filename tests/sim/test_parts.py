@@ -276,6 +276,11 @@ def test_one_completion_per_await_and_stale_tokens_refused() -> None:
     stale = Observed()
     stale.completion_answered("a", "t1", True)
     assert "stale token 't1' was accepted" in checkers.check_completions(stale, svc.tokens_returned)[0]
+    got = Observed()
+    got.completion_answered("a", "t2", True, 7)
+    got.result("a", Outcome("ok", 8))
+    assert "returned 8, but the completion accepted with token 't2' was 7" in \
+        checkers.check_completions(got, {"t2"})[0]
     twice = Observed()
     twice.completion_answered("a", "t2", True)
     twice.completion_answered("a", "t2", True)
