@@ -29,6 +29,12 @@ class Sabotage:
     step_after_cancel: bool = False
     #: The log's flush runs in the step pool (queues behind step functions).
     flush_shares_step_pool: bool = False
+    #: ``engine.complete`` accepts a token of a stale attempt (as if it were the current one).
+    accept_stale_completion: bool = False
+    #: A step attempt starts from progress (``info.progress``) no attempt reported.
+    resume_unreported_progress: bool = False
+    #: ``reset`` delivers the signals that arrived after the cut twice.
+    reapply_signal_twice: bool = False
 
 
 #: The switches in force. Engine code reads them; only tests write them.

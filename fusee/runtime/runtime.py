@@ -682,7 +682,7 @@ class Runtime:
         )
         records: list[rec.Record] = [new_start, *reset_journal.renumber(prefix[1:], rid)]
         if reapply_signals:
-            records += [msgspec.structs.replace(s, run=rid) for s in later]
+            records += [msgspec.structs.replace(s, run=rid) for s in later * (1 + sabotage.active.reapply_signal_twice)]
         lsn = self.adopt(target, records)
         log.info("workflow %r: new run %d from %d records of %r (cut at position %d)",
                  target.id, rid, len(records), wid, cut)

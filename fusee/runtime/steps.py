@@ -398,6 +398,7 @@ class StepRunner:
     def _info(self, run: Run, seq: int, call: StepCall, attempt: int) -> StepInfo:
         progress_raw = run.machine.progress(seq)
         progress = codec.decode(progress_raw) if progress_raw is not None else None
+        progress = progress + 1 if sabotage.active.resume_unreported_progress and isinstance(progress, int) else progress
         info = StepInfo(
             call.name,
             run.machine.key(seq),

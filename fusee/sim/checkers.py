@@ -117,6 +117,9 @@ class Observed:
     children: dict[str, list[tuple[str, str]]] = dataclasses.field(default_factory=dict)
     #: Acknowledged (durable) cancels: workflow ID -> virtual time of the acknowledgement.
     cancels: dict[str, float] = dataclasses.field(default_factory=dict)
+    #: Answers to ``engine.complete``/``fail_completion``: (workflow ID, token,
+    #: accepted, value; -1 for a failure), in arrival order.
+    completions: list[tuple[str, str, bool, int]] = dataclasses.field(default_factory=list)
     #: Online violations (first come first listed).
     violations: list[str] = dataclasses.field(default_factory=list)
 
@@ -148,6 +151,9 @@ class Observed:
                 f"later {outcome.status} {outcome.value!r}: an update ran twice"
             )
 
+    def completion_answered(self, wid: str, token: str, accepted: bool, value: int = 0) -> None:
+        self.completions.append((wid, token, accepted, value))
+
     def query_answered(self, wid: str, value: int) -> None:
         """A query of a counter answered ``value``: totals only grow, so answers never go back."""
         answers = self.queries.setdefault(wid, [])
@@ -160,6 +166,119 @@ class Observed:
 
 
 # --- checks on a snapshot -------------------------------------------------
+
+
+_UNPOSITIONED = (r.Signal, r.Update, r.Cancel, r.CancelRequest, r.Start, r.Done)
+
+
+def position(rec: r.Record) -> int | None:
+    """The operation position a record belongs to (None: signals, updates, cancels, start, end)."""
+    if isinstance(rec, _UNPOSITIONED):
+        return None
+    if isinstance(rec, r.Patch):
+        return rec.at
+    if isinstance(rec, r.Chunk | r.StreamEnd) and rec.seq == r.WORKFLOW:
+        return None
+    seq = getattr(rec, "seq", None)
+    return seq if isinstance(seq, int) else None
+
+
+def _as_run0(rec: r.Record) -> r.Record:
+    return msgspec.structs.replace(rec, run=0)
+
+
+def check_reset(wid: str, before: list[r.Record], after: list[r.Record], before_step: str) -> list[str]:
+    """A reset run's journal is the prefix before the cut plus new records; later signals arrive once.
+
+    ``before``: the old run's durable journal read just before the reset;
+    ``after``: the new run's durable journal right after it was acknowledged.
+    The cut is the first step named ``before_step`` (in either journal: the
+    new run runs it again at the same position). Every record of the old run
+    at a position before the cut must open the new run in the same order
+    (renumbered); each signal of the old run (by dedup key) is in the new run
+    exactly once; no signal is in the new run twice.
+    """
+    out: list[str] = []
+    if not after:
+        return [f"reset of {wid} acknowledged, but the new run has no durable record"]
+    if not isinstance(after[0], r.Start) or not before or not isinstance(before[0], r.Start):
+        return [f"reset of {wid}: no Start opens the journal before or after: {before[:2]!r} / {after[:2]!r}"]
+    if after[0].run == before[0].run:
+        out.append(f"reset of {wid} acknowledged but its current run is still run {after[0].run}")
+        return out
+    cuts = [rec.seq for rec in (*before, *after)
+            if isinstance(rec, r.Step | r.Attempt) and rec.name == before_step]
+    if cuts:
+        cut = min(cuts)
+        kept = [_as_run0(x) for x in before[1:] if (p := position(x)) is not None and p < cut]
+        new = [_as_run0(x) for x in after[1:] if (p := position(x)) is not None and p < cut]
+        if new[:len(kept)] != kept:
+            out.append(f"reset of {wid} before position {cut}: the new run does not open with the "
+                       f"old run's {len(kept)} record(s) before the cut: {kept!r} vs {new[:len(kept)]!r}")
+    old = [(x.name, x.dedup) for x in before if isinstance(x, r.Signal) and x.dedup]
+    got: dict[tuple[str, int], int] = {}
+    for x in after:
+        if isinstance(x, r.Signal) and x.dedup:
+            got[(x.name, x.dedup)] = got.get((x.name, x.dedup), 0) + 1
+    for sig, n in got.items():
+        if n > 1:
+            out.append(f"reset of {wid}: signal {sig[0]!r} (dedup {sig[1]}) arrives {n} times in the new run")
+    for sig in old:
+        if sig not in got:
+            out.append(f"reset of {wid}: signal {sig[0]!r} (dedup {sig[1]}) of the old run is not in the new run")
+    return out
+
+
+def check_resumes(resumes: Iterable[tuple[str, int, float, Any]],
+                  reported: dict[str, list[tuple[float, int]]]) -> list[str]:
+    """A heartbeat resume starts only from reported progress.
+
+    Each attempt of a step with heartbeats sees ``info.progress``: None (no
+    earlier attempt's progress is durable) or a value some earlier attempt of
+    the same step (same idempotency key) reported with ``info.heartbeat``
+    before this attempt began. Anything else (a value never reported, or one
+    reported only later) is progress the engine made up.
+    """
+    out: list[str] = []
+    for key, attempt, t, progress in resumes:
+        if progress is None:
+            continue
+        before = [p for at, p in reported.get(key, ()) if at <= t]
+        if progress not in before:
+            out.append(f"attempt {attempt} of step {key} began from progress {progress!r}, "
+                       f"which no earlier attempt reported (reported before: {before!r})")
+    return out
+
+
+def check_completions(obs: Observed, tokens_returned: Iterable[str]) -> list[str]:
+    """One completion accepted per await, and never with a stale token.
+
+    Each workflow ID of the workload awaits one completion. ``engine.complete``
+    returns True only once the completion is durable, so at most one True per
+    workflow (a duplicate, or a second token, must get False). A token is
+    current only if some invocation of its token function returned after
+    handing it out; a token whose every invocation failed is stale and must
+    never be accepted. A workflow that returns what its await got (the
+    workload's approvals) reports the accepted completion's value.
+    """
+    out: list[str] = []
+    current = set(tokens_returned)
+    accepted: dict[str, list[str]] = {}
+    for wid, token, ok, value in obs.completions:
+        if not ok:
+            continue
+        accepted.setdefault(wid, []).append(token)
+        result = obs.results.get(wid)
+        if result is not None and result.status == "ok" and result.value != value:
+            out.append(f"workflow {wid} returned {result.value!r}, but the completion accepted "
+                       f"with token {token!r} was {value!r}")
+        if token not in current:
+            out.append(f"completion of {wid} with stale token {token!r} was accepted "
+                       "(its token function failed after handing it out)")
+    for wid, tokens in accepted.items():
+        if len(tokens) > 1:
+            out.append(f"workflow {wid} accepted {len(tokens)} completions of one await: {tokens!r}")
+    return out
 
 
 def check_starts(obs: Observed, snap: Snapshot) -> list[str]:

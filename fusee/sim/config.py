@@ -21,6 +21,9 @@ JOB_KINDS: tuple[str, ...] = (
     "parent",
     "reader",
     "saga",
+    "approval",
+    "export",
+    "resettable",
 )
 
 
@@ -81,13 +84,17 @@ class SimConfig:
         """The configuration seed ``seed`` stands for (the same on every machine)."""
         r = random.Random(seed)
         crash_every = r.choice([0, 150, 400, 900])
-        mix = {kind: r.choice([0, 1, 2, 3]) for kind in JOB_KINDS if kind != "saga"}
+        mix = {kind: r.choice([0, 1, 2, 3]) for kind in JOB_KINDS if kind not in ("saga", "approval", "export", "resettable")}
         # Orders are the backbone (pingers and approvals target them).
         mix["order"] = 4 + r.randrange(5)
         # Knobs added later draw from their own stream, so older knobs keep their values.
         s = random.Random(f"steps-{seed}")
         mix["saga"] = s.choice([0, 1, 2, 3])
         max_step_ms = s.choice([1.0, 5.0, 20.0, 60.0])
+        o = random.Random(f"operate-{seed}")
+        mix["approval"] = o.choice([0, 1, 2, 3])
+        mix["export"] = o.choice([0, 1, 2, 3])
+        mix["resettable"] = o.choice([0, 1, 2, 3])
         return cls(
             seed=seed,
             shards=1 + r.randrange(4),

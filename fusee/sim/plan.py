@@ -66,7 +66,30 @@ class Query:
     monotonic: bool = False
 
 
-Action = Start | Signal | Cancel | Terminate | Update | Query
+@dataclasses.dataclass(frozen=True)
+class Complete:
+    """Complete the async completion ``id`` awaits: every token handed out so far, in order.
+
+    The tokens come from the mock service (what the token functions handed
+    out); stale ones (of an attempt that failed) and ones completed already
+    must be refused. ``value`` is the value the current token completes with.
+    """
+
+    id: str
+    value: int
+    #: Fail the await instead (``engine.fail_completion``): it raises ``CompletionFailed``.
+    fail: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class Reset:
+    """Reset ``id`` before the first step named ``before_step``, re-applying later signals."""
+
+    id: str
+    before_step: str
+
+
+Action = Start | Signal | Cancel | Terminate | Update | Query | Complete | Reset
 
 
 @dataclasses.dataclass

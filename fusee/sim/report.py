@@ -58,6 +58,14 @@ class Report:
     #: Closes that began while a step function ran, and cancels acknowledged while one of their run's did.
     closes_mid_step: int = 0
     cancels_mid_step: int = 0
+    #: Completions accepted, and ones refused (a duplicate or a stale token).
+    completions: int = 0
+    completions_refused: int = 0
+    #: Export attempts that began from progress an earlier attempt reported.
+    resumed_exports: int = 0
+    #: Acknowledged resets, and signals they delivered again.
+    resets: int = 0
+    signals_reapplied: int = 0
     sim_ms: int = 0
 
     def line(self) -> str:
@@ -93,6 +101,11 @@ COVERAGE = (
     "calls_refused",
     "closes_mid_step",
     "cancels_mid_step",
+    "completions",
+    "completions_refused",
+    "resumed_exports",
+    "resets",
+    "signals_reapplied",
 )
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from typing import Any
 
 _FNV_OFFSET = 0xCBF29CE484222325
 _FNV_PRIME = 0x100000001B3
@@ -89,6 +90,34 @@ class Service:
     #: Seconds the synchronous step function that just ran holds its pool slot
     #: (set by the function, taken by the simulated step pool right after it returns).
     next_hold: float = 0.0
+    #: Completion tokens handed out per workflow ID, in order (``ctx.await_completion``).
+    tokens: dict[str, list[str]] = dataclasses.field(default_factory=dict)
+    #: Tokens some invocation of their token function returned after handing out
+    #: (the others were handed out by an attempt that then failed: stale).
+    tokens_returned: set[str] = dataclasses.field(default_factory=set)
+
+    #: Progress each export step reported with ``info.heartbeat``: step key -> [(virtual time, progress)].
+    progress: dict[str, list[tuple[float, int]]] = dataclasses.field(default_factory=dict)
+    #: Export attempts as they began: (step key, attempt, virtual time, ``info.progress``).
+    resumes: list[tuple[str, int, float, Any]] = dataclasses.field(default_factory=list)
+
+    def began_from(self, key: str, attempt: int, progress: Any) -> None:
+        """An attempt of export step ``key`` began from ``progress`` (its ``info.progress``)."""
+        self.resumes.append((key, attempt, self.clock(), progress))
+
+    def reported(self, key: str, progress: int) -> None:
+        """Export step ``key`` reported ``progress`` (about to call ``info.heartbeat``)."""
+        self.progress.setdefault(key, []).append((self.clock(), progress))
+
+    def hand_out(self, wid: str, token: str) -> None:
+        """A token function of ``wid`` handed out ``token``."""
+        seen = self.tokens.setdefault(wid, [])
+        if token not in seen:
+            seen.append(token)
+
+    def token_returned(self, token: str) -> None:
+        """The token function that handed out ``token`` returned: the token is the await's current one."""
+        self.tokens_returned.add(token)
 
     def take_hold(self) -> float:
         """The hold the last synchronous step function asked for (0 if none)."""

@@ -15,15 +15,20 @@ from typing import Any
 
 import fusee
 from fusee.sim.config import SimConfig
-from fusee.sim.plan import Cancel, Plan, Query, Signal, Start, Terminate, Update
-from fusee.sim.service import Service, stable_hash
+from fusee.sim.plan import Cancel, Complete, Plan, Query, Reset, Signal, Start, Terminate, Update
+from fusee.sim.service import Service, TransientError, stable_hash
 
 approve = fusee.signal("approve", int)
 close = fusee.signal("close", int)
 done = fusee.signal("done", int)
 never = fusee.signal("never", int)
+nudge = fusee.signal("nudge", int)
 total_query = fusee.query("total")
 add = fusee.update("add", int)
+
+#: Jobs an operator acts on (completions, heartbeats, resets): started on top
+#: of ``SimConfig.workflows``, from a random stream of their own.
+OPERATE_KINDS = ("approval", "export", "resettable")
 
 #: Close policies the parents cycle through.
 POLICIES = ("terminate", "request_cancel", "abandon")
@@ -226,7 +231,65 @@ def build(cfg: SimConfig) -> Plan:
         c = int(await call(ctx, "store", b, 1))
         return int(await read(ctx, "verify", c))
 
-    workflows = [order, ship, fanout, pinger, counter, looper, patchy, kid, parent, reader, saga]
+    @fusee.workflow("approval")
+    async def approval(ctx: fusee.Ctx, n: int) -> int:
+        # Waits for an outside approval (engine.complete or fail_completion) and
+        # returns its value (-1 when declined). For even inputs the
+        # token function fails its first attempt after handing out its token:
+        # that token is stale and must be refused.
+        quote = int(await call(ctx, "quote", n))
+        wid = ctx.workflow_id
+
+        async def hand_out(info: Any) -> None:
+            svc.hand_out(wid, info.token)
+            if info.attempt == 1 and n % 2 == 0:
+                raise TransientError(f"mailer down after sending {info.token}")
+            svc.token_returned(info.token)
+
+        assert quote >= 0
+        try:
+            got = await ctx.await_completion("approve", hand_out, retry=retry(3), result_type=int)
+        except fusee.CompletionFailed:
+            return -1  # declined (engine.fail_completion)
+        return int(got)
+
+    @fusee.workflow("export")
+    async def export(ctx: fusee.Ctx, n: int) -> int:
+        # A long step that reports progress (items done, in chunks of 10) with
+        # heartbeats; for even inputs its first attempt goes silent once half
+        # done, the heartbeat timeout fails it, and the next attempt resumes
+        # from the progress it sees.
+        total = 30 + 10 * (n % 4)
+
+        async def run_export(info: Any) -> int:
+            done = info.progress
+            svc.began_from(info.key, info.attempt, done)
+            done = done or 0
+            while done < total:
+                if info.attempt == 1 and n % 2 == 0 and done >= total // 2:
+                    await asyncio.sleep(1.0)  # silent: no heartbeat, the attempt times out
+                await asyncio.sleep(0.001)
+                done += 10
+                svc.reported(info.key, done)
+                info.heartbeat(done)
+            return done
+
+        got = int(await ctx.step("export", run_export, heartbeat_timeout=0.01, retry=retry(8)))
+        return got + int(await call(ctx, "notify", n))
+
+    @fusee.workflow("resettable")
+    async def resettable(ctx: fusee.Ctx, n: int) -> int:
+        # The client resets it before "mark": the new run replays "prep" and
+        # the first wait, runs "mark" again and gets the nudges that arrived
+        # after the cut once more.
+        a = int(await ctx.step("prep", lambda: n * 3))
+        first = await ctx.wait_for(nudge, timeout=0.005)
+        total = a + int(await ctx.step("mark", lambda: a + 1)) + (first or 0)
+        while (got := await ctx.wait_for(nudge, timeout=0.15)) is not None:
+            total += got
+        return total
+
+    workflows = [order, ship, fanout, pinger, counter, looper, patchy, kid, parent, reader, saga, approval, export, resettable]
     plan = Plan(
         workflows=workflows,
         on_crash=[deployment.deploy],
@@ -238,12 +301,14 @@ def build(cfg: SimConfig) -> Plan:
             "transient_failures": svc.failures,
             "patched": counts["patched"],
             "continued": counts["continued"],
+            "resumed_exports": sum(1 for _, _, _, p in svc.resumes if p),
         },
     )
     _plan_client(cfg, plan, {
         "order": order, "fanout": fanout, "pinger": pinger, "counter": counter,
         "looper": looper, "patchy": patchy, "parent": parent, "reader": reader,
-        "saga": saga,
+        "saga": saga, "approval": approval, "export": export,
+        "resettable": resettable,
     })
     return plan
 
@@ -251,7 +316,9 @@ def build(cfg: SimConfig) -> Plan:
 def _plan_client(cfg: SimConfig, plan: Plan, defs: dict[str, Any]) -> None:
     """What the client does and when, drawn from the seed."""
     rng = random.Random(f"workload-{cfg.seed}")
-    kinds = [k for k, w in cfg.mix.items() for _ in range(w)]
+    # Actions added later draw from their own stream, so older seeds keep their plans.
+    ops = random.Random(f"operate-plan-{cfg.seed}")
+    kinds = [k for k, w in cfg.mix.items() if k not in OPERATE_KINDS for _ in range(w)]
     span = max(1, cfg.duration_ms // 2)
     orders: list[str] = []
     for i in range(cfg.workflows):
@@ -288,6 +355,9 @@ def _plan_client(cfg: SimConfig, plan: Plan, defs: dict[str, Any]) -> None:
                 plan.actions.append((t + rng.randrange(60), Cancel(wid)))
             elif roll < 0.55:
                 plan.actions.append((t + rng.randrange(60), Terminate(wid)))
+        elif kind == "parent" and ops.random() < 0.3:
+            # A terminated parent: its children follow their close policies.
+            plan.actions.append((t + ops.randrange(40), Terminate(wid)))
         elif kind == "counter":
             for u in range(1 + rng.randrange(4)):
                 t2 = t + 1 + rng.randrange(120)
@@ -301,3 +371,20 @@ def _plan_client(cfg: SimConfig, plan: Plan, defs: dict[str, Any]) -> None:
                     plan.actions.append((t2 + 1 + rng.randrange(10), Query(wid, total_query, monotonic=True)))
             for _ in range(2 + rng.randrange(6)):
                 plan.actions.append((t + 1 + rng.randrange(150), Query(wid, total_query, monotonic=True)))
+    # The operator's jobs come on top (so the older jobs of a seed keep their plan).
+    extra = [k for k in OPERATE_KINDS for _ in range(cfg.mix.get(k, 0))]
+    for j, kind in enumerate(extra):
+        i = cfg.workflows + j
+        wid = f"wf-{i}"
+        t = ops.randrange(span)
+        plan.actions.append((t, Start(wid, defs[kind], i, kind)))
+        if kind == "approval":
+            # One or more completions: the later ones are duplicates (refused).
+            for _ in range(1 + ops.randrange(3)):
+                plan.actions.append((t + 1 + ops.randrange(100),
+                                     Complete(wid, ops.randrange(1000), fail=ops.random() < 0.2)))
+        elif kind == "resettable":
+            for k in range(ops.randrange(5)):
+                plan.actions.append((t + 1 + ops.randrange(200), Signal(wid, nudge, ops.randrange(100), f"{wid}/n{k}")))
+            for _ in range(1 + ops.randrange(2)):
+                plan.actions.append((t + 10 + ops.randrange(140), Reset(wid, "mark")))

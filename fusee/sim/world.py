@@ -23,13 +23,14 @@ from typing import Any
 
 import fusee
 from fusee import errors
+from fusee.core import records as rec
 from fusee.runtime.table import dedup_key
 from fusee.sim import checkers, workload
 from fusee.sim.checkers import Observed, Outcome, RunView, Snapshot
 from fusee.sim.config import SimConfig
 from fusee.sim.env import SimEnv
 from fusee.sim.loop import SimDeadlock, SimLoop
-from fusee.sim.plan import Action, Cancel, Plan, Signal, Start, Terminate, Update
+from fusee.sim.plan import Action, Cancel, Complete, Plan, Reset, Signal, Start, Terminate, Update
 from fusee.sim.report import Report
 from fusee.storage.log import SharedLog
 from fusee.storage.simdisk import SimDisk
@@ -137,6 +138,8 @@ class World:
         #: Requests refused during the current close: (kind, workflow ID, detail) for ``check_refused``.
         self.refused: list[tuple[str, str, str]] = []
         self.svc: Any = self.plan.service
+        #: Resets in flight: (life, workflow ID).
+        self.resetting: set[tuple[int, str]] = set()
         if self.svc is not None:
             self.svc.clock = lambda: self.loop.time()
             self.svc.life = lambda: self.life
@@ -590,7 +593,71 @@ class World:
         if isinstance(action, Update):
             return ("ok", await engine.update(action.id, action.update, action.value,
                                               update_id=action.update_id))
+        if isinstance(action, Complete):
+            return ("ok", await self._complete(engine, action))
+        if isinstance(action, Reset):
+            return await self._reset(engine, action)
         return ("ok", await engine.query(action.id, action.query))
+
+    async def _complete(self, engine: Any, action: Complete) -> list[bool]:
+        """Completes every token handed out for ``action.id`` so far, once one is current.
+
+        Waits (polling, at most 2 virtual seconds) until some token function
+        returned; then the stale tokens go first, then the current one.
+        Each answer is recorded as it arrives (a True one is durable).
+        """
+        answers: list[bool] = []
+        svc = self.svc
+        for _ in range(400):
+            tokens = list(svc.tokens.get(action.id, ()))
+            if any(tok in svc.tokens_returned for tok in tokens):
+                for tok in tokens:
+                    if action.fail:
+                        ok = bool(await engine.fail_completion(tok, "declined"))
+                    else:
+                        ok = bool(await engine.complete(tok, action.value))
+                    self.obs.completion_answered(action.id, tok, ok, -1 if action.fail else action.value)
+                    self.report.completions += ok
+                    self.report.completions_refused += not ok
+                    answers.append(ok)
+                return answers
+            await asyncio.sleep(0.005)
+        return answers
+
+    async def _reset(self, engine: Any, action: Reset) -> tuple[str, Any]:
+        """Resets a running workflow and checks the new run's journal against the old one's."""
+        # One reset of an ID at a time (in this life): another one landing while
+        # this one awaits durability would change the run read afterwards.
+        busy = (self.life, action.id)
+        while busy in self.resetting:
+            await asyncio.sleep(0.001)
+        if action.id in self.obs.results:
+            return ("late", None)  # it finished: a reset would run it again
+        self.resetting.add(busy)
+        try:
+            # No suspension between reading the journal and the reset's cut.
+            before = list(await engine.journal(action.id))
+            try:
+                handle = await engine.reset(action.id, before_step=action.before_step,
+                                            reapply_signals=True, by="sim")
+            except ValueError:
+                return ("nothing", "no step to cut before yet")
+            after = list(await engine.journal(action.id))
+        finally:
+            self.resetting.discard(busy)
+        self.log(f"reset {action.id}: run {before[0].run if before else None} ({len(before)} records) "
+                 f"-> run {handle.run_id} ({len(after)} durable records)")
+        self.report.resets += 1
+        cut = min((x.seq for x in (*before, *after)
+                   if isinstance(x, rec.Step | rec.Attempt) and x.name == action.before_step), default=None)
+        if cut is not None:
+            # Signals after the prefix: delivered again (or arrived since).
+            last = max((i for i, x in enumerate(after) if (p := checkers.position(x)) is not None and p < cut),
+                       default=0)
+            self.report.signals_reapplied += sum(isinstance(x, rec.Signal) for x in after[last + 1:])
+        for problem in checkers.check_reset(action.id, before, after, action.before_step):
+            self.obs.violations.append(problem)
+        return ("ok", handle.run_id)
 
     def _observe(self, action: Action, answer: tuple[str, Any]) -> None:
         status, value = answer
@@ -615,6 +682,8 @@ class World:
                 self.obs.update_answered(action.id, action.update_id, Outcome(status, value))
                 self.report.updates += status == "ok"
                 self.report.updates_rejected += status == "rejected"
+        elif isinstance(action, (Complete, Reset)):
+            pass  # each answer was recorded as it came (see _complete, _reset)
         elif status == "ok":
             self.report.queries += 1
             if action.monotonic and isinstance(value, int):
@@ -652,6 +721,8 @@ class World:
         if svc is not None:
             problems += checkers.check_cancel_gate(svc.effects, self.obs.cancels, svc.cancels_seen)
             problems += checkers.check_compensation(svc.effects)
+            problems += checkers.check_completions(self.obs, svc.tokens_returned)
+            problems += checkers.check_resumes(svc.resumes, svc.progress)
             if final:
                 problems += checkers.check_step_outcomes(svc.effects, snap, self.crashed_lives)
         if problems:
@@ -840,6 +911,10 @@ def _describe(action: Action) -> str:
         return f"terminate {action.id}"
     if isinstance(action, Update):
         return f"update {action.update_id} add={action.value!r}"
+    if isinstance(action, Complete):
+        return f"{'fail' if action.fail else 'complete'} {action.id} with {action.value!r}"
+    if isinstance(action, Reset):
+        return f"reset {action.id} before {action.before_step!r}"
     return f"query {action.query.name} of {action.id}"
 
 

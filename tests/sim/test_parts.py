@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import msgspec
 import pytest
 
 from fusee.core import records as r
@@ -258,3 +259,65 @@ def test_requests_refused_during_a_close_leave_no_trace() -> None:
     assert checkers.check_refused(refused, snap) == []
     bad = [("start", "w", ""), ("signal", "w", "77"), ("update", "w", "u1"), ("cancel", "w", "")]
     assert len(checkers.check_refused(bad, snap)) == 4
+
+
+def test_one_completion_per_await_and_stale_tokens_refused() -> None:
+    svc = Service()
+    svc.hand_out("a", "t1")
+    svc.hand_out("a", "t2")
+    svc.hand_out("a", "t2")  # handed out again (a crash ran the attempt again)
+    svc.token_returned("t2")
+    assert svc.tokens == {"a": ["t1", "t2"]}
+    obs = Observed()
+    obs.completion_answered("a", "t1", False)
+    obs.completion_answered("a", "t2", True)
+    obs.completion_answered("a", "t2", False)  # a duplicate, refused
+    assert checkers.check_completions(obs, svc.tokens_returned) == []
+    stale = Observed()
+    stale.completion_answered("a", "t1", True)
+    assert "stale token 't1' was accepted" in checkers.check_completions(stale, svc.tokens_returned)[0]
+    got = Observed()
+    got.completion_answered("a", "t2", True, 7)
+    got.result("a", Outcome("ok", 8))
+    assert "returned 8, but the completion accepted with token 't2' was 7" in \
+        checkers.check_completions(got, {"t2"})[0]
+    twice = Observed()
+    twice.completion_answered("a", "t2", True)
+    twice.completion_answered("a", "t2", True)
+    assert any("accepted 2 completions" in p for p in checkers.check_completions(twice, {"t2"}))
+
+
+def test_a_heartbeat_resume_starts_only_from_reported_progress() -> None:
+    reported = {"k": [(1.0, 10), (2.0, 20)]}
+    ok = [("k", 1, 0.5, None), ("k", 2, 2.5, 20), ("k", 3, 3.0, 10)]
+    assert checkers.check_resumes(ok, reported) == []
+    ahead = checkers.check_resumes([("k", 2, 2.5, 21)], reported)
+    assert "began from progress 21, which no earlier attempt reported" in ahead[0]
+    # Reported only after the attempt began: not something it could resume from.
+    assert checkers.check_resumes([("k", 2, 1.5, 20)], reported) != []
+    assert checkers.check_resumes([("other", 2, 9.0, 10)], reported) != []
+
+
+def _sig(run: int, dedup: int) -> r.Signal:
+    return r.Signal(run=run, name="nudge", dedup=dedup, payload=b"1")
+
+
+def test_a_reset_run_is_the_prefix_plus_new_records_and_signals_arrive_once() -> None:
+    prep = r.Step(run=1, seq=0, name="prep", attempt=1, status=r.Status.OK, payload=b"3")
+    mark = r.Step(run=1, seq=2, name="mark", attempt=1, status=r.Status.OK, payload=b"4")
+    wait = r.Wait(run=1, seq=1, name="nudge", deadline_ms=5)
+    before = [_start("a"), prep, wait, _sig(1, 7), mark, _sig(1, 8)]
+    start2 = msgspec.structs.replace(_start("a"), run=2)
+
+    def renum(x: r.Record) -> r.Record:
+        return msgspec.structs.replace(x, run=2)
+
+    good = [start2, renum(prep), renum(wait), renum(_sig(1, 7)), renum(_sig(1, 8))]
+    assert checkers.check_reset("a", before, good, "mark") == []
+    twice = [*good, renum(_sig(1, 8))]
+    assert "arrives 2 times" in checkers.check_reset("a", before, twice, "mark")[0]
+    lost = [start2, renum(prep), renum(wait), renum(_sig(1, 7))]
+    assert "not in the new run" in checkers.check_reset("a", before, lost, "mark")[0]
+    no_prefix = [start2, renum(wait), renum(_sig(1, 7)), renum(_sig(1, 8))]
+    assert "does not open with the old run's 2 record(s)" in checkers.check_reset("a", before, no_prefix, "mark")[0]
+    assert "still run 1" in checkers.check_reset("a", before, before, "mark")[0]
