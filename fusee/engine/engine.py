@@ -835,8 +835,9 @@ class Engine:
             wid, new_id, before_step=before_step, before_position=before_position,
             reapply_signals=bool(reapply_signals), version=version, by=_by(by),
         )
+        run_id = st.run_id  # before the wait: another reset of the ID may replace it meanwhile
         await self._durable(st.shard, lsn)
-        return RunHandle(self, st.id, st.run_id)
+        return RunHandle(self, st.id, run_id)
 
     async def cancel(self, workflow_id: str, reason: str = "", *, by: str | None = None) -> None:
         """Requests cancellation; returns once the request is durable.

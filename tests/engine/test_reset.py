@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
@@ -118,3 +119,14 @@ def test_split_keeps_the_start_and_what_came_before_the_cut() -> None:
     assert split(journal, 0) == ([start], [sig, late])
     assert split(journal, 1) == ([start, s0], [sig, late])
     assert split(journal, 2) == ([start, s0, sig, s1], [late])
+
+
+async def test_two_resets_at_once_return_their_own_runs() -> None:
+    async with fusee.Engine.open(workflows=[pipeline]) as engine:
+        h = await engine.start(pipeline, "p-1")
+        await h.signal(note, "first")
+        await until(lambda: CALLS == ["extract", "load"])
+        a, b = await asyncio.gather(engine.reset("p-1", before_step="load"),
+                                    engine.reset("p-1", before_step="load"))
+        assert a.run_id != b.run_id
+        assert engine.get("p-1").run_id == b.run_id
