@@ -145,3 +145,19 @@ def test_heartbeat_progress_and_a_reset_survive_sigkill(tmp_path: Path) -> None:
     assert out[-1] == {"result": 60}
     resumes = [int(x.split()[1]) for x in ledger(tmp_path) if x.startswith("resume")]
     assert len(resumes) >= 3 and resumes[2] == 0  # the reset run started the export afresh
+
+
+def test_update_with_start_and_versions_survive_sigkill(tmp_path: Path) -> None:
+    p = start(tmp_path, "cart")
+    assert p.stdout is not None
+    assert json.loads(p.stdout.readline()) == {"acked": 1}, p.stderr.read() if p.stderr else ""
+    p.send_signal(signal.SIGKILL)
+    p.communicate(timeout=60)
+    # The next release registers version 2 beside version 1.
+    out = finish(start(tmp_path, "cart-2", CART_V2="1"))
+    assert out[-1] == {
+        "again": 1,  # the same update ID: the same answer, not applied twice
+        "more": 2,
+        "one": "v1 ann: tea,cup",  # the open cart goes on with the code it started with
+        "two": "v2 bob: POT",  # a new cart takes the newest version
+    }

@@ -136,8 +136,44 @@ async def exporter(ctx: fusee.Ctx) -> int:
     return int(await ctx.step("export", export_pages, heartbeat_timeout="10s"))
 
 
+# --- a cart started by its first update, code versions across a restart -------------------------
+
+add_item = fusee.update("add_item", str, result_type=int)
+checkout = fusee.signal("checkout", bool)
+
+
+@fusee.workflow("cart", version=1)
+async def cart_v1(ctx: fusee.Ctx, owner: str) -> str:
+    items: list[str] = []
+
+    def add(item: str) -> int:
+        items.append(item)
+        return len(items)
+
+    ctx.on_update(add_item, add)
+    await ctx.wait_for(checkout)
+    return f"v1 {owner}: {','.join(items)}"
+
+
+@fusee.workflow("cart", version=2)
+async def cart_v2(ctx: fusee.Ctx, owner: str) -> str:
+    items: list[str] = []
+
+    def add(item: str) -> int:
+        items.append(item.upper())
+        return len(items)
+
+    ctx.on_update(add_item, add)
+    await ctx.step("reserve", lambda: "ok")
+    await ctx.wait_for(checkout)
+    return f"v2 {owner}: {','.join(items)}"
+
+
+CARTS = [cart_v1, cart_v2] if os.environ.get("CART_V2") else [cart_v1]
+
+
 async def main() -> None:
-    async with fusee.Engine.open(DIR, workflows=[etl, saga, approval, talker, exporter]) as engine:
+    async with fusee.Engine.open(DIR, workflows=[etl, saga, approval, talker, exporter, *CARTS]) as engine:
         if MODE == "etl":
             h = await engine.start(etl, "etl-1", 2000, if_running="attach", if_finished="attach")
             emit(started=True)
@@ -178,6 +214,19 @@ async def main() -> None:
             await engine.reset("exp-1", before_step="export", by="ops:kim")
             emit(reset_acked=True)
             await asyncio.sleep(3600)  # the test kills us while the export runs again
+        elif MODE == "cart":
+            n = await engine.update_with_start("cart", "cart-1", "ann", add_item, "tea", update_id="u1")
+            emit(acked=n)
+            await asyncio.sleep(3600)  # the test kills us with the cart open
+        elif MODE == "cart-2":
+            again = await engine.update_with_start("cart", "cart-1", "ann", add_item, "tea", update_id="u1")
+            more = await engine.update("cart-1", add_item, "cup", update_id="u2")
+            await engine.start("cart", "cart-2", "bob")  # a new start takes the newest version
+            await engine.update("cart-2", add_item, "pot")
+            await engine.signal("cart-1", checkout, True)
+            await engine.signal("cart-2", checkout, True)
+            emit(again=again, more=more, one=await engine.get("cart-1").result(),
+                 two=await engine.get("cart-2").result())
         else:
             raise SystemExit(f"unknown mode {MODE}")
 
