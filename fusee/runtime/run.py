@@ -379,7 +379,7 @@ class Run:
             return
         task = self.task
         if task is not None and task.done() and not self.finished:
-            if self.executing and not sabotage.active.step_after_cancel:
+            if self.executing:
                 # Step functions (an update handler's, say) still run: their outcomes
                 # are journaled before the run's end, and no new one starts meanwhile.
                 self.finishing = True

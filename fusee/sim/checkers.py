@@ -10,7 +10,7 @@ all is well), so checkers run unchanged on synthetic inputs in tests.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import msgspec
@@ -434,15 +434,10 @@ def _cancelled(journal: list[r.Record]) -> bool:
     return any(isinstance(rec, (r.Cancel, r.CancelRequest)) for rec in journal)
 
 
-def check_step_outcomes(effects: Iterable[Any], snap: Snapshot, crashed_lives: set[int]) -> list[str]:
-    """No step effect without its outcome journaled (checked once all is finished).
 
-    An effect is a mock-service call that returned (``fusee.sim.service.Effect``).
-    Its step's ``Step`` record must be in the journal, unless a crash took the
-    run back (the step then ran again under the same key, or a cancel covers
-    it) or the run was terminated (a terminated run drops what was running).
-    """
-    out: list[str] = []
+def _without_outcome(effects: Iterable[Any], snap: Snapshot) -> Iterator[tuple[Any, RunView, list[r.Record]]]:
+    """The effects that returned whose step has no outcome in its run's journal
+    (terminated runs drop what was running: they are left out)."""
     for e in effects:
         if not e.ok:
             continue
@@ -454,6 +449,20 @@ def check_step_outcomes(effects: Iterable[Any], snap: Snapshot, crashed_lives: s
         assert view is not None
         if view.status == "terminated":
             continue
+        yield e, view, journal
+
+
+def check_step_outcomes(effects: Iterable[Any], snap: Snapshot, crashed_lives: set[int]) -> list[str]:
+    """No step effect without its outcome journaled (checked once all is finished).
+
+    An effect is a mock-service call that returned (``fusee.sim.service.Effect``).
+    Its step's ``Step`` record must be in the journal, unless a crash took the
+    run back (the step then ran again under the same key, or a cancel covers
+    it) or the run was terminated (a terminated run drops what was running).
+    """
+    out: list[str] = []
+    for e, view, journal in _without_outcome(effects, snap):
+        wid = e.owner[0]
         if e.life in crashed_lives and (_cancelled(journal) or view.status == "cancelled"):
             continue
         why = "its life crashed but" if e.life in crashed_lives else "no crash took it back and"
@@ -470,17 +479,8 @@ def check_durable(due: Iterable[Any], snap: Snapshot, what: str) -> list[str]:
     ``due``: the effects (``Effect``) whose functions returned that long ago.
     """
     out: list[str] = []
-    for e in due:
-        if not e.ok:
-            continue
-        wid, run, seq = e.owner
-        view = snap.runs.get(wid)
-        journal = _run_journal(view, run)
-        if journal is None or _has_outcome(journal, seq):
-            continue
-        assert view is not None
-        if view.status == "terminated":
-            continue
+    for e, _, _ in _without_outcome(due, snap):
+        wid = e.owner[0]
         out.append(
             f"step {e.name!r} of {wid} ({e.key}) finished at {e.end * 1000:.3f} ms, {what}, "
             "but its outcome was not durable"
