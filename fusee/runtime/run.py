@@ -349,7 +349,11 @@ class Run:
             t = type(n)
             if t is jm.Deliver:
                 assert isinstance(n, jm.Deliver)
-                lsn = self.append(n.record) if n.record is not None else 0
+                if n.record is not None:
+                    lsn = self.append(n.record)
+                    self.rt.after_delivery()
+                else:
+                    lsn = 0
                 if n.outcome.status == rec.Status.TIMED_OUT and n.seq in self.children:
                     # The parent stopped waiting: the child follows its close policy
                     # (again on replay: a crash may have come between).

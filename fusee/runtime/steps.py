@@ -29,6 +29,7 @@ from fusee.errors import SerializationError, StepTimeout
 from fusee.runtime.context import CURRENT_STEP, StepInfo
 from fusee.runtime.run import Run, StepCall
 from fusee.runtime.streams import StepStream
+from fusee.runtime.syncsteps import SyncStepPolicy
 from fusee.runtime.tokens import make_token
 
 if TYPE_CHECKING:
@@ -93,6 +94,8 @@ class StepRunner:
         self.started: list[tuple[str, int]] | None = None
         #: When a supervised attempt last reported a heartbeat (loop time).
         self._hb_seen: dict[tuple[Run, int], float] = {}
+        #: Where synchronous step functions run (the loop's thread or the pool).
+        self.sync_policy = SyncStepPolicy(rt.env.inline_sync_steps, rt.env.monotonic)
 
     # --- starting ----------------------------------------------------------------
 
@@ -104,7 +107,8 @@ class StepRunner:
             self.rt.loop.call_soon(self._start_step, run, seq, call)
             return
         self.rt.steps_started = True
-        if call.gate > self.rt.log.durable(run.shard) and not self.rt.committer.flush_if_alone():
+        if (call.gate > self.rt.log.durable(run.shard)
+                and not self.rt.committer.flush_if_alone(run.shard, call.gate)):
             # Gated: it starts when a flush makes its gate durable (see _release_gated).
             self._gated.append((run, seq, call))
             self.rt.committer.request_flush()
@@ -222,8 +226,8 @@ class StepRunner:
                     # It suspended: a task carries it on from where it is.
                     self._carry(run, seq, call, _Continue(coro, yielded))
                     return
-            elif self.rt.env.inline_sync_steps:
-                value = call.fn(*args)
+            elif self.sync_policy.runs_inline(call.fn):
+                value = self._call_inline(call.fn, args)
                 if inspect.isawaitable(value):
                     self._carry(run, seq, call, value)
                     return
@@ -236,6 +240,21 @@ class StepRunner:
         finally:
             CURRENT_STEP.reset(entered)
         self._step_result(run, seq, value)
+
+    def _call_inline(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+        """Calls a synchronous step function on the loop's thread, timed (see ``syncsteps``).
+
+        Whatever waits to be flushed is handed to the log's thread first, so
+        no record waits for this call to begin its way to the disk.
+        """
+        if not sabotage.active.inline_step_holds_flush:
+            self.rt.committer.hand_off()
+        env = self.rt.env
+        began = env.monotonic()
+        try:
+            return env.call_inline(fn, *args)
+        finally:
+            self.sync_policy.observe(fn, env.monotonic() - began, True)
 
     def _info_maker(self, run: Run, seq: int, call: StepCall, attempt: int) -> Callable[[], StepInfo]:
         return lambda: self._info(run, seq, call, attempt)
@@ -260,13 +279,19 @@ class StepRunner:
         """
 
         context = contextvars.copy_context()  # fusee.step_info() works in the thread too
+        clock, observe = self.rt.env.monotonic, self.sync_policy.observe
 
         def call() -> Any:
             if run.cancel_pending and not sabotage.active.step_after_cancel:
                 raise _NotStarted()
             if self.rt.closing:
                 raise _NotStarted()
-            return context.run(fn, *args)
+            began = clock()
+            try:
+                return context.run(fn, *args)
+            finally:
+                # From the pool's thread: the policy's state is a dict, safe under the GIL.
+                observe(fn, clock() - began, False)
 
         return self.rt.env.run_step(call)
 
@@ -420,8 +445,8 @@ class StepRunner:
         CURRENT_STEP.set(self._info_maker(run, seq, call, attempt))
         if call.is_async:
             return await self._supervise(run, seq, call, asyncio.ensure_future(fn(*args)), False)
-        if self.rt.env.inline_sync_steps:
-            result = fn(*args)
+        if call.timeout_s is None and call.heartbeat_s is None and self.sync_policy.runs_inline(fn):
+            result = self._call_inline(fn, args)
         else:
             result = await self._supervise(run, seq, call, self._in_pool(run, fn, args), True)
         if inspect.isawaitable(result):
