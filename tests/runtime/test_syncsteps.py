@@ -10,7 +10,13 @@ from typing import Any
 import pytest
 
 import fusee
-from fusee.runtime.syncsteps import DEMOTE_ABOVE_S, PROBES, PROMOTE_BELOW_S, REPROBE_AFTER, SyncStepPolicy
+from fusee.runtime.syncsteps import (
+    DEMOTE_ABOVE_S,
+    PROBES,
+    PROMOTE_BELOW_S,
+    REPROBE_AFTER,
+    SyncStepPolicy,
+)
 
 
 def cheap(x: int) -> int:
