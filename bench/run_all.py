@@ -39,7 +39,7 @@ import common
 DBOS_VENV = common.BENCH_DIR / ".venv-dbos"
 DBOS_PY = DBOS_VENV / "bin" / "python"
 PLOT_NAME = "step_latency.png"
-FUSEE_WORKLOADS = ["chain", "fanout", "start", "signals", "timers", "scale", "recovery", "list", "stream"]
+FUSEE_WORKLOADS = ["chain", "fanout", "users", "start", "signals", "timers", "scale", "recovery", "list", "stream"]
 #: Engine options per workload (disclosed in the report): the defaults, except
 #: that the scale workload parks runs after 1 s so that RSS is read with them
 #: parked. (The step functions are ``async def``: ``inline_sync_steps`` would
@@ -208,6 +208,10 @@ ROWS: list[tuple[str, str, str, str, bool]] = [
     ("fanout", "p50_us", "fan-out: workflow latency p50", "us", False),
     ("fanout", "p99_us", "fan-out: workflow latency p99", "us", False),
     ("fanout", "cpu_s_per_1000_steps", "fan-out: CPU s per 1,000 steps", "cpu", False),
+    ("users", "us_per_step", "as users write it: chain of sync lambdas, per step", "us", False),
+    ("users", "p99_us", "as users write it: chain step latency p99", "us", False),
+    ("users", "fanout_steps_per_s", "as users write it: fan-out of sync closures, steps/s", "n", True),
+    ("users", "fanout_cpu_us_per_step", "as users write it: fan-out CPU per step", "us", False),
     ("start", "p50_us", "start latency p50", "us", False),
     ("start", "p99_us", "start latency p99", "us", False),
     ("signals", "p50_us", "signal → resumed p50", "us", False),

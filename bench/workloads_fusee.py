@@ -76,6 +76,32 @@ async def fan(ctx: fusee.Ctx, steps: int) -> int:
     return total
 
 
+def stamp(value: int) -> int:
+    """A synchronous step body as users write one: note the time, return a small value."""
+    STAMPS.append(time.perf_counter())
+    return value + 1
+
+
+@fusee.workflow("bench_users_chain")
+async def users_chain(ctx: fusee.Ctx, steps: int) -> int:
+    """Workload 2 as users write it: a fresh lambda per step around a synchronous function."""
+    total = 0
+    for _ in range(steps):
+        total = await ctx.step("bump", lambda total=total: stamp(total))
+    return total
+
+
+@fusee.workflow("bench_users_fan")
+async def users_fan(ctx: fusee.Ctx, steps: int) -> int:
+    """Workload 3 as users write it: closures over the loop variable."""
+    total = 0
+    for _ in range(steps):
+        def bump_it() -> int:
+            return stamp(total)
+        total = await ctx.step("bump", bump_it)
+    return total
+
+
 @fusee.workflow("bench_one_step")
 async def one_step(ctx: fusee.Ctx, value: int) -> int:
     """Workload 4: a workflow of one step, executed start to result."""
@@ -136,7 +162,7 @@ async def streamer(ctx: fusee.Ctx, chunks: int) -> int:
     return int(await ctx.step("talk", talk, chunks))
 
 
-WORKFLOWS = [chain, fan, one_step, waiter, sleeper, parked, tagged, streamer]
+WORKFLOWS = [chain, fan, users_chain, users_fan, one_step, waiter, sleeper, parked, tagged, streamer]
 
 
 #: Data directories made by this process, removed once its workload is done.
@@ -231,6 +257,43 @@ async def run_fanout(args: argparse.Namespace) -> dict[str, Any]:
         "steps_per_s": total_steps / m["wall_s"], "workflows_per_s": workflows / m["wall_s"],
         "cpu_s_per_1000_steps": m["cpu_s"] / total_steps * 1000,
         **common.latency_summary(latencies),
+    }
+
+
+async def run_users(args: argparse.Namespace) -> dict[str, Any]:
+    """Chain and fan-out as users write them: sync lambdas and closures, the engine's
+    default options, fan-out starts awaited one at a time."""
+    steps = args.chain
+    STAMPS.clear()
+    engine = await open_engine(scratch("fusee-users-chain"), args.engine_options)
+    try:
+        with common.measured() as chain_m:
+            assert await engine.execute(users_chain, "users-chain", steps) == steps
+        chain_stats = engine.stats
+    finally:
+        await engine.close()
+    gaps = [b - a for a, b in itertools.pairwise(STAMPS)]
+    workflows, fan_steps = args.fanout, args.fanout_steps
+    STAMPS.clear()
+    engine = await open_engine(scratch("fusee-users-fan"), args.engine_options)
+    try:
+        with common.measured() as fan_m:
+            handles = [await engine.start(users_fan, f"users-fan-{i}", fan_steps) for i in range(workflows)]
+            for h in handles:
+                assert await h.result() == fan_steps
+        fan_stats = engine.stats
+    finally:
+        await engine.close()
+    total = workflows * fan_steps
+    assert len(STAMPS) == total
+    return {
+        "workload": "users", "steps": steps, "us_per_step": chain_m["wall_s"] / steps * 1e6,
+        "chain_cpu_us_per_step": chain_m["cpu_s"] / steps * 1e6, **common.latency_summary(gaps),
+        "fanout_workflows": workflows, "fanout_steps_per_s": total / fan_m["wall_s"],
+        "fanout_cpu_us_per_step": fan_m["cpu_s"] / total * 1e6,
+        "sync_inline": chain_stats["sync_inline"] + fan_stats["sync_inline"],
+        "sync_pooled": chain_stats["sync_pooled"] + fan_stats["sync_pooled"],
+        "wall_s": chain_m["wall_s"] + fan_m["wall_s"], "cpu_s": chain_m["cpu_s"] + fan_m["cpu_s"],
     }
 
 
@@ -489,7 +552,7 @@ async def run_stream(args: argparse.Namespace) -> dict[str, Any]:
 
 
 WORKLOADS = {
-    "chain": run_chain, "fanout": run_fanout, "start": run_start, "signals": run_signals,
+    "chain": run_chain, "fanout": run_fanout, "users": run_users, "start": run_start, "signals": run_signals,
     "timers": run_timers, "scale": run_scale, "recovery": run_recovery, "list": run_list,
     "stream": run_stream,
 }
