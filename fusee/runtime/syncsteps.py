@@ -65,8 +65,13 @@ def declare(fn: Callable[..., Any], blocking: bool) -> None:
 
 def function_key(fn: Callable[..., Any]) -> Any:
     """What identifies "the same function" across closures and partials made anew per step."""
-    while isinstance(fn, functools.partial):
-        fn = fn.func
+    while True:
+        if isinstance(fn, functools.partial):
+            fn = fn.func
+        elif hasattr(fn, "__wrapped__"):
+            fn = fn.__wrapped__  # a decorator's wrapper: every function it wraps shares its code
+        else:
+            break
     code = getattr(fn, "__code__", None)
     if code is not None:
         return code

@@ -136,3 +136,37 @@ async def test_default_engine_runs_cheap_functions_on_the_loop_and_blocking_ones
     assert slow_runs[PROBES + 1:].count(True) <= PROBES + 1
     assert not slow_runs[-1]
     assert stats["sync_demoted"] >= 1
+
+
+def logged(fn: Any) -> Any:
+    """A decorator as users write one: every function it wraps shares the wrapper's code."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        return fn(*args, **kwargs)
+
+    return wrapper
+
+
+@logged
+def with_info(info: fusee.StepInfo, x: int) -> str:
+    return f"{info.name}:{x}"
+
+
+@logged
+def without_info(x: int) -> str:
+    return f"plain:{x}"
+
+
+@fusee.workflow("decorated")
+async def decorated(ctx: fusee.Ctx) -> list[str]:
+    out = []
+    for i in range(3):
+        out.append(await ctx.step("a", with_info, i))
+        out.append(await ctx.step("b", without_info, i))
+    return out
+
+
+async def test_functions_behind_one_decorator_keep_their_own_signatures() -> None:
+    async with fusee.Engine.open(None, workflows=[decorated]) as engine:
+        assert await engine.execute(decorated, "d") == ["a:0", "plain:0", "a:1", "plain:1", "a:2", "plain:2"]
