@@ -39,7 +39,7 @@ import common
 DBOS_VENV = common.BENCH_DIR / ".venv-dbos"
 DBOS_PY = DBOS_VENV / "bin" / "python"
 PLOT_NAME = "step_latency.png"
-FUSEE_WORKLOADS = ["chain", "fanout", "users", "start", "signals", "timers", "scale", "recovery", "list", "stream"]
+FUSEE_WORKLOADS = ["chain", "fanout", "users", "start", "signals", "timers", "wakes", "soak", "scale", "recovery", "list", "stream"]
 #: Engine options per workload (disclosed in the report): the defaults, except
 #: that the scale workload parks runs after 1 s so that RSS is read with them
 #: parked. (The step functions are ``async def``: ``inline_sync_steps`` would
@@ -219,6 +219,8 @@ ROWS: list[tuple[str, str, str, str, bool]] = [
     ("signals", "per_s", "signals/s (one at a time)", "n", True),
     ("timers", "p50_us", "timer due → resumed p50", "us", False),
     ("timers", "p99_us", "timer due → resumed p99", "us", False),
+    ("wakes", "wakes_per_s", "parked runs woken by a signal each, per s", "n", True),
+    ("soak", "rss_growth_pct", "soak: RSS growth over continuous fan-out, %", "n", False),
     ("scale", "starts_per_s", "scale: starts/s", "n", True),
     ("scale", "rss_bytes_per_run", "scale: RSS per parked run", "bytes", False),
     ("scale", "reopen_s", "scale: reopen after clean close", "s", False),
