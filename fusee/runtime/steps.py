@@ -106,12 +106,13 @@ class StepRunner:
         if call.read_only or sabotage.active.step_before_gate:
             self.rt.loop.call_soon(self._start_step, run, seq, call)
             return
-        self.rt.steps_started = True
         if (call.gate > self.rt.log.durable(run.shard)
                 and not self.rt.committer.flush_if_alone(run.shard, call.gate)):
-            # Gated: it starts when a flush makes its gate durable (see _release_gated).
+            # Gated: it starts when a flush makes its gate durable (see _release_gated),
+            # and that flush takes whatever else is pending (flush_soon need not ask).
             self._gated.append((run, seq, call))
             self.rt.committer.request_flush()
+            self.rt.steps_started = True
             return
         if self._streak < _DIRECT_STREAK and not self._direct and not run.machine.is_replaying():
             # Its gate is durable now (a lone chain just flushed): run it at once,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import threading
 import time
@@ -170,3 +171,33 @@ async def decorated(ctx: fusee.Ctx) -> list[str]:
 async def test_functions_behind_one_decorator_keep_their_own_signatures() -> None:
     async with fusee.Engine.open(None, workflows=[decorated]) as engine:
         assert await engine.execute(decorated, "d") == ["a:0", "plain:0", "a:1", "plain:1", "a:2", "plain:2"]
+
+
+async def quick(v: int) -> int:
+    return v + 1  # returns without suspending: runs within its workflow's turn
+
+
+@fusee.workflow("then_sleep")
+async def then_sleep(ctx: fusee.Ctx, inline: bool) -> int:
+    v = 0
+    for _ in range(PROBES + 2):
+        v = await (ctx.step("cheap", lambda v=v: v + 1) if inline else ctx.step("quick", quick, v))
+    await ctx.sleep("nap", "1h")
+    return v
+
+
+@pytest.mark.parametrize("inline", [True, False])
+async def test_a_step_run_within_its_workflows_turn_is_durable_before_a_long_sleep(tmp_path: Any, inline: bool) -> None:
+    """Regression: a step that ran at once (inline, or async without suspending) and a sleep
+    right after it left their records unflushed until something else happened."""
+    async with fusee.Engine.open(tmp_path, workflows=[then_sleep]) as engine:
+        await engine.start(then_sleep, "ts", inline)
+        deadline = time.monotonic() + 30
+        while True:
+            m = engine.metrics()
+            if m.timers_pending and m.records_pending == 0 and engine.describe("ts").status == "running":
+                break
+            assert time.monotonic() < deadline, f"records still pending: {m.records_pending}"
+            await asyncio.sleep(0.01)
+        journal = await engine.journal("ts")
+        assert sum(1 for r in journal if type(r).__name__ == "Step") == PROBES + 2
