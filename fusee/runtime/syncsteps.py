@@ -14,9 +14,9 @@ blocking function therefore stalls the loop once, and a cheap one pays no
 thread hop. A busy machine makes cheap code look slow now and then (the
 process is descheduled mid-call), so the pool is not forever: a function a
 slow probe kept there is probed again after ``REPROBE_AFTER`` pooled
-executions, one demoted after ``REPROBE_AFTER`` times 2, 4, 8... (each
-demotion doubles its wait), and probes run in the pool, where blocking harms
-nobody.
+executions, one demoted after ``REPROBE_AFTER`` times 2, 4, 8 or 16 (each
+demotion doubles its wait, up to ``MAX_DOUBLINGS``), and probes run in the
+pool, where blocking harms nobody.
 
 ``Engine.open(inline_sync_steps=True)`` runs every synchronous function on
 the loop's thread (the caller vouches they are cheap); ``False`` runs every
@@ -44,6 +44,9 @@ PROMOTE_BELOW_S = 250e-6
 DEMOTE_ABOVE_S = 2e-3
 #: Pooled executions of a function that failed its probes before it is probed again.
 REPROBE_AFTER = 256
+#: A demotion doubles the pooled spell that follows, this many times at most: a cheap
+#: function that a loaded machine made look slow (descheduled mid-call) comes back.
+MAX_DOUBLINGS = 4
 #: Functions remembered at most (a program that compiles code at run time must not grow this forever).
 MAX_FUNCTIONS = 8192
 
@@ -131,7 +134,7 @@ class SyncStepPolicy:
                 n = self._demotions.get(key, 0) + 1
                 if len(self._demotions) < MAX_FUNCTIONS:
                     self._demotions[key] = n
-                self._set(key, -(REPROBE_AFTER << min(n, 20)))
+                self._set(key, -(REPROBE_AFTER << min(n, MAX_DOUBLINGS)))
                 self.demoted += 1
                 logger.info(
                     "step function %s blocked the event loop for %.1f ms: it runs in the step "
