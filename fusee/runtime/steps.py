@@ -69,6 +69,14 @@ class _Continue:
                     return done.value
 
 
+#: Results that are never awaitable: checked by type, sparing ``inspect.isawaitable``'s ABC check.
+_PLAIN = frozenset({int, str, float, bool, type(None), bytes, dict, list, tuple})
+
+
+def _awaitable(value: Any) -> bool:
+    return type(value) not in _PLAIN and inspect.isawaitable(value)
+
+
 #: Steps a lone chain may start in a row before it lets the loop take a turn.
 _DIRECT_STREAK = 32
 
@@ -114,6 +122,8 @@ class StepRunner:
             self.rt.committer.request_flush()
             self.rt.steps_started = True
             return
+        if sabotage.active.no_flush_after_direct_step:
+            self.rt.steps_started = True
         if self._streak < _DIRECT_STREAK and not self._direct and not run.machine.is_replaying():
             # Its gate is durable now (a lone chain just flushed): run it at once,
             # sparing a turn of the loop (and its poll) per step.
@@ -229,7 +239,7 @@ class StepRunner:
                     return
             elif self.sync_policy.runs_inline(call.fn):
                 value = self._call_inline(call.fn, args)
-                if inspect.isawaitable(value):
+                if _awaitable(value):
                     self._carry(run, seq, call, value)
                     return
             else:

@@ -63,6 +63,8 @@ class GroupCommitter:
             self._loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
         except RuntimeError:
             self._loop = None
+        # The loop's queue of ready callbacks (asyncio's own deque; looked up once).
+        self._ready: Any = None
         self._inflight: FlushJob | None = None
         self._inflight_fut: _SharedFuture | None = None  # waiters of the batch in flight
         self._next_fut: _SharedFuture | None = None  # waiters of the batch forming
@@ -253,7 +255,9 @@ class GroupCommitter:
         The callbacks of flushes completed early count for nothing: at most one
         of each is ready at a time.
         """
-        ready = getattr(self._get_loop(), "_ready", None)
+        ready = self._ready
+        if ready is None:
+            ready = self._ready = getattr(self._get_loop(), "_ready", None)
         return ready is not None and len(ready) <= self._stale
 
     def _schedule_start(self) -> None:
