@@ -7,9 +7,11 @@ timed), so the timeline's axis is the journal's order: column ``i`` is the
 outcome record. When it was issued is not journaled for a step that
 succeeded first time (its only record is its outcome), so it is inferred:
 operations are issued in position order, each no earlier than the one before
-it and no later than its own first record, and a sequential run issues an
-operation once the previous one ended. Both rules hold for any code, and
-they place sequential and parallel (``gather``) steps where they really ran.
+it and no later than its own first record (both hold for any code), and an
+operation is taken to be issued once every earlier one ended, as code that
+awaits each step (or a ``gather`` of them) does. That places sequential and
+gathered steps where they really ran; a step left running in a background
+task only makes later bars start late, never end wrong.
 """
 
 from __future__ import annotations
@@ -305,14 +307,15 @@ def build(journal: list[rec.Record]) -> Timeline:
 def _infer_issue(ops: dict[int, Operation], span: dict[int, list[int]]) -> None:
     """Sets each operation's ``issued`` index (see the module's doc for the rules)."""
     issued = 0
-    prev_end = 0  # the run's Start record
+    ended = 0  # the latest outcome of an earlier position (the run's Start to begin with)
     for seq in sorted(span):
         first, last = span[seq]
         o = ops.get(seq)
-        # A sequential run issued it once the previous one ended; never before the previous
-        # one was issued; always before its own first record (that bound wins: it is certain).
-        issued = min(first - 1, max(issued, min(prev_end, first - 1)))
+        # Code awaiting what it issued before (one step, or a gather of several) issues the
+        # next operation once they all ended; never before the previous one was issued; always
+        # before its own first record (that bound wins: it is certain).
+        issued = min(first - 1, max(issued, min(ended, first - 1)))
         if o is not None:
             o.issued = issued
-        prev_end = o.end if o is not None and o.end is not None else last
+        ended = max(ended, o.end if o is not None and o.end is not None else last)
     assert all(o.issued < o.first for o in ops.values() if o.first > 0)

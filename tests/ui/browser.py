@@ -42,3 +42,16 @@ def chromium(width: int = 1400, height: int = 1000) -> Iterator[object]:
     finally:
         driver.quit()
         shutil.rmtree(profile, ignore_errors=True)
+
+
+def require() -> None:
+    """Skips a browser test without Chromium, except under CI (``.ci/run``) where it fails."""
+    import pytest
+
+    if available():
+        return
+    message = (f"{CHROMIUM} or {CHROMEDRIVER} is missing: "
+               "apt-get install -y chromium chromium-driver (.ci/run does)")
+    if os.environ.get("CI") or os.environ.get("FUSEE_REQUIRE_BROWSER"):
+        pytest.fail(message)
+    pytest.skip(message)

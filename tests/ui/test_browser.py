@@ -5,14 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 from tests.ui import browser
-from tests.ui.conftest import require_browser
 from tests.ui.ui_app import Served, populate
 
 TIMEOUT = 30
 
 
 def test_runs_page_filter_open_run_signal_and_see_it_finish() -> None:
-    require_browser()
+    browser.require()
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions as ec
     from selenium.webdriver.support.ui import Select, WebDriverWait
@@ -112,3 +111,12 @@ def test_runs_page_filter_open_run_signal_and_see_it_finish() -> None:
         d.get(served.url + "/metrics")
         wait.until(lambda _: d.find_elements(By.CSS_SELECTOR, "svg.chart"))
         assert d.find_element(By.ID, "stat-runs").text == "8"
+
+
+def test_a_missing_browser_fails_under_ci(monkeypatch: Any) -> None:
+    import pytest
+
+    monkeypatch.setattr(browser, "CHROMIUM", "/nonexistent/chromium")
+    monkeypatch.setenv("FUSEE_REQUIRE_BROWSER", "1")
+    with pytest.raises(pytest.fail.Exception, match="chromium-driver"):
+        browser.require()
