@@ -37,6 +37,9 @@ PAGE = 50
 BY = "web-ui"
 #: How long a stream follower waits for a chunk before it sends a keep-alive (seconds).
 STREAM_WAIT = 5.0
+#: How long one stream response lasts (seconds): the browser reconnects from the last
+#: offset it saw, and a server shutting down never waits longer for an open page.
+STREAM_SPAN = 30.0
 #: The largest action form taken (a signal's value is in it).
 MAX_FORM = 1 << 20
 #: The order statuses are shown in.
@@ -219,7 +222,10 @@ class _UI:
 
         async def events() -> AsyncIterator[str]:
             at = offset
-            while True:
+            loop = asyncio.get_running_loop()
+            until = loop.time() + STREAM_SPAN
+            yield "retry: 1000\n\n"
+            while loop.time() < until:
                 try:
                     chunks, at, ended = await on_engine(
                         engine, engine.read_stream_batch, wid, name, at, wait=STREAM_WAIT)

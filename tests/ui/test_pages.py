@@ -210,3 +210,18 @@ def test_the_ui_calls_an_engine_running_on_another_loop() -> None:
 
         status, n = asyncio.run(elsewhere())
         assert status == "ok" and n == len(journal(served, "order-2"))
+
+
+def test_a_live_stream_response_ends_in_time_and_the_browser_resumes_it(monkeypatch: Any) -> None:
+    import fusee.ui.app
+
+    monkeypatch.setattr(fusee.ui.app, "STREAM_SPAN", 0.3)
+    monkeypatch.setattr(fusee.ui.app, "STREAM_WAIT", 0.1)
+    with Served(populate) as served:
+        # order-1 waits for a signal: its stream is open. The response ends anyway (no end event).
+        status, body = get(f"{served.url}/stream/order-1?name=log")
+        assert status == 200 and body.startswith("retry: 1000") and "event: end" not in body
+        data = [e for e in body.split("\n\n") if e.startswith("data: ")]
+        assert len(data) == 2 and "id: 2" in body
+        status, body = get(f"{served.url}/stream/order-1?name=log", {"Last-Event-ID": "2"})
+        assert [e for e in body.split("\n\n") if e.startswith("data: ")] == []
