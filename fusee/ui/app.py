@@ -33,6 +33,8 @@ from fusee.ui.sampler import Sampler
 HERE = Path(__file__).parent
 #: Runs per page of the runs list.
 PAGE = 50
+#: Journal records listed in a run's history table (the first ones).
+MAX_EVENTS = 2000
 #: Who the journal's audit names for actions taken in the UI.
 BY = "web-ui"
 #: How long a stream follower waits for a chunk before it sends a keep-alive (seconds).
@@ -89,7 +91,7 @@ class _UI:
         )
         self.env.globals.update(
             present=present, status_color=svg.color, nav=NAV, quote=lambda s: quote(s, safe=""),
-            csrf_field=CSRF_FIELD,
+            csrf_field=CSRF_FIELD, max_events=MAX_EVENTS,
         )
 
     # --- helpers ---------------------------------------------------------------

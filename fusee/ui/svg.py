@@ -36,7 +36,10 @@ def _a(value: object) -> str:
 
 LABEL_W = 230
 LANE_H = 26
+#: Operations drawn as lanes (the steps table lists them all).
 MAX_LANES = 150
+#: The widest the journal's axis gets, in pixels.
+MAX_PLOT_W = 3600
 
 
 def timeline(tl: Timeline, run_url: str) -> str:
@@ -45,13 +48,15 @@ def timeline(tl: Timeline, run_url: str) -> str:
     ``run_url`` is the URL of a run page without its ID (children's lanes link there).
     """
     n = max(tl.length, 1)
-    cw = min(44.0, max(6.0, 780 / n))
+    # Columns of 6 px at least, down to a total of MAX_PLOT_W for a long journal.
+    cw = min(44.0, max(780 / n, min(6.0, MAX_PLOT_W / n)))
     width = LABEL_W + n * cw + 16
     ops = tl.operations[:MAX_LANES]
+    hidden = len(tl.operations) - len(ops)
     top = 34
     marks_y = top
     lanes_y = top + LANE_H + 6
-    height = lanes_y + max(1, len(ops)) * LANE_H + 10
+    height = lanes_y + (max(1, len(ops)) + (1 if hidden else 0)) * LANE_H + 10
 
     def x(i: float) -> float:
         return LABEL_W + i * cw
@@ -60,8 +65,8 @@ def timeline(tl: Timeline, run_url: str) -> str:
            f'height="{height}" viewBox="0 0 {width:.0f} {height}" role="img" '
            f'aria-label="timeline of {len(tl.operations)} operations">']
     # The axis: journal positions, with the run's start and end times where known.
-    step = max(1, math.ceil(40 / cw))
-    for i in range(0, n, step):
+    step = _nice(max(1.0, 48 / cw))
+    for i in range(0, n, int(step)):
         out.append(f'<line x1="{x(i):.1f}" y1="{top - 6}" x2="{x(i):.1f}" y2="{height - 6}" class="grid"/>')
         out.append(f'<text x="{x(i) + 2:.1f}" y="{top - 10}" class="tick">#{i}</text>')
     out.append(f'<text x="8" y="{top - 10}" class="axis-title">journal order →</text>')
@@ -110,6 +115,10 @@ def timeline(tl: Timeline, run_url: str) -> str:
                        f'<circle cx="{ax:.1f}" cy="{y + 3}" r="3" fill="#b91c1c"/></g>')
     if not ops:
         out.append(f'<text x="{LABEL_W + 6}" y="{lanes_y + 17}" class="muted">no operation journaled yet</text>')
+    if hidden:
+        y = lanes_y + len(ops) * LANE_H
+        out.append(f'<text x="8" y="{y + 17}" class="muted">+ {hidden:,} more operations '
+                   '(see the steps table)</text>')
     out.append("</svg>")
     return "".join(out)
 

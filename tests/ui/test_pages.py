@@ -174,16 +174,23 @@ def test_a_stream_is_served_as_server_sent_events_from_any_offset() -> None:
 
 def test_ids_that_need_quoting_and_paging_through_many_runs() -> None:
     odd = "tenant/a b'c?d"
+    evil = "<img src=x onerror=alert(1)>"
 
     async def setup(engine: fusee.Engine) -> None:
         await engine.start(order, odd, "quoting")
         await waiting_for_signal(engine, odd)
+        await engine.start(order, evil, "<script>alert(2)</script>")
+        await waiting_for_signal(engine, evil)
         for i in range(PAGE + 5):
             await engine.execute(invoice, f"inv-{i:03d}", f"o{i}")
 
     with Served(setup) as served:
         status, page = get(f"{served.url}/runs/{urllib.parse.quote(odd, safe='')}")
         assert status == 200 and "tenant/a b&#39;c?d" in page
+        for url in (f"{served.url}/runs/{urllib.parse.quote(evil, safe='')}", f"{served.url}/"):
+            status, page = get(url)
+            assert status == 200 and "&lt;img src=x onerror=alert(1)&gt;" in page
+            assert "<img src=x" not in page and "<script>alert(2)" not in page
         q = urllib.parse.quote("workflow_id = 'tenant/a b''c?d'")
         status, page = get(f"{served.url}/?q={q}")
         assert page.count('class="run-row"') == 1

@@ -137,3 +137,13 @@ def test_the_sampler_keeps_rates_and_never_draws_a_negative_one() -> None:
     assert s.rates("steps_run") == [(-2.0, 10.0), (0.0, 0.0)]
     assert s.statuses("ok") == [(-4.0, 0.0), (-2.0, 20.0), (0.0, 0.0)]
     assert s.values("flush_p99_ms")[-1] == (0.0, 2.0)
+
+
+def test_a_long_journal_stays_drawable() -> None:
+    ops = [timeline.Operation(i, "step", f"s{i}", i + 1, end=i + 1, status="ok", issued=i) for i in range(10_000)]
+    tl = timeline.Timeline(10_001, ops, [], [])
+    drawn = svg.timeline(tl, "/ui/runs/")
+    width = float(drawn.split('width="', 1)[1].split('"', 1)[0])
+    assert width <= svg.LABEL_W + svg.MAX_PLOT_W + 16
+    assert drawn.count('class="op"') == svg.MAX_LANES
+    assert "+ 9,850 more operations" in drawn
