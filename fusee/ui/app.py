@@ -8,6 +8,7 @@ lifespan), else handed to that loop and awaited.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import html
 import inspect
 import json
@@ -102,6 +103,17 @@ class _UI:
             base=base, csrf=self.csrf.token, path=request.url.path, **ctx)
         return HTMLResponse(html, status_code=status_code, headers={"Cache-Control": "no-store"})
 
+    def fragment(self, request: Request, name: str, **ctx: Any) -> tuple[str, str]:
+        """A live region's HTML and its version: the page's script swaps it only when that changed."""
+        base = request.scope.get("root_path", "").rstrip("/")
+        html = self.env.get_template(name).render(
+            base=base, csrf=self.csrf.token, path=request.url.path, **ctx)
+        return html, hashlib.blake2b(html.encode(), digest_size=8).hexdigest()
+
+    def fragment_response(self, request: Request, name: str, **ctx: Any) -> HTMLResponse:
+        html, version = self.fragment(request, name, **ctx)
+        return HTMLResponse(html, headers={"Cache-Control": "no-store", "X-Fusee-Version": version})
+
     @staticmethod
     async def form(request: Request) -> dict[str, str]:
         """An action's form fields (URL-encoded: the UI's forms upload no files)."""
@@ -173,16 +185,17 @@ class _UI:
         ctx = await self.page(request)
         counts = await self.counts()
         workflows = sorted({s.workflow for s in ctx["runs"]} | ({ctx["filters"]["workflow"]} - {""}))
-        return self.render(request, "runs.html", counts=self.count_links(ctx["filters"], counts),
-                           workflows=workflows, statuses=STATUS_ORDER, **ctx,
+        links = self.count_links(ctx["filters"], counts)
+        return self.render(request, "runs.html", workflows=workflows, statuses=STATUS_ORDER, **ctx,
+                           live_counts=self.fragment(request, "_counts.html", counts=links),
+                           live_rows=self.fragment(request, "_rows.html", **ctx),
                            status_code=400 if ctx["error"] else 200)
 
     async def runs_rows(self, request: Request) -> Response:
-        return self.render(request, "_rows.html", **await self.page(request))
+        return self.fragment_response(request, "_rows.html", **await self.page(request))
 
     async def runs_counts(self, request: Request) -> Response:
-        return self.render(request, "_counts.html",
-                           counts=self.count_links(self.filters(request), await self.counts()))
+        return self.fragment_response(request, "_counts.html", counts=self.count_links(self.filters(request), await self.counts()))
 
     async def run_context(self, wid: str) -> dict[str, Any]:
         summary = await on_engine(self.engine, self.engine.describe, wid)
@@ -198,8 +211,9 @@ class _UI:
             return self.render(request, "error.html", status_code=404, title="Run not found", message=str(e))
         base = request.scope.get("root_path", "").rstrip("/")
         done = request.query_params.get("done", "")
+        live = self.fragment(request, "_run_live.html", svg=svg.timeline(ctx["tl"], base + "/runs/"), **ctx)
         return self.render(request, "run.html", status_code=status_code, error=error,
-                           flash=FLASH.get(done), svg=svg.timeline(ctx["tl"], base + "/runs/"), **ctx)
+                           flash=FLASH.get(done), live=live, **ctx)
 
     async def run_live(self, request: Request) -> Response:
         wid = request.path_params["wid"]
@@ -208,7 +222,8 @@ class _UI:
         except NotFound as e:
             return HTMLResponse(f"<p class='alert alert-error'>{html.escape(str(e))}</p>", 404)
         base = request.scope.get("root_path", "").rstrip("/")
-        return self.render(request, "_run_live.html", svg=svg.timeline(ctx["tl"], base + "/runs/"), **ctx)
+        return self.fragment_response(request, "_run_live.html", svg=svg.timeline(ctx["tl"], base + "/runs/"),
+                                      **ctx)
 
     async def stream(self, request: Request) -> Response:
         """A stream's durable chunks as Server-Sent Events (each event's ID is the next offset)."""
@@ -290,10 +305,11 @@ class _UI:
         return RedirectResponse(f"{base}/runs/{quote(wid, safe='')}?done={what}", status_code=303)
 
     async def metrics(self, request: Request) -> Response:
-        return self.render(request, "metrics.html", **await self.metrics_context())
+        return self.render(request, "metrics.html",
+                           live=self.fragment(request, "_metrics.html", **await self.metrics_context()))
 
     async def metrics_live(self, request: Request) -> Response:
-        return self.render(request, "_metrics.html", **await self.metrics_context())
+        return self.fragment_response(request, "_metrics.html", **await self.metrics_context())
 
     async def metrics_context(self) -> dict[str, Any]:
         m = await on_engine(self.engine, self.engine.metrics)

@@ -49,7 +49,7 @@ def timeline(tl: Timeline, run_url: str) -> str:
     """
     n = max(tl.length, 1)
     # Columns of 6 px at least, down to a total of MAX_PLOT_W for a long journal.
-    cw = min(44.0, max(780 / n, min(6.0, MAX_PLOT_W / n)))
+    cw = min(90.0, max(780 / n, min(6.0, MAX_PLOT_W / n)))
     width = LABEL_W + n * cw + 16
     ops = tl.operations[:MAX_LANES]
     hidden = len(tl.operations) - len(ops)

@@ -116,6 +116,11 @@ class Timeline:
     step_names: list[str] = dataclasses.field(default_factory=list)
 
     @property
+    def awaited(self) -> list[str]:
+        """The signals the run's code waits for now."""
+        return [op.name for op in self.operations if op.kind == "wait" and op.end is None]
+
+    @property
     def children(self) -> list[Operation]:
         return [op for op in self.operations if op.child_id is not None]
 

@@ -82,7 +82,10 @@ def test_runs_page_filter_open_run_signal_and_see_it_finish() -> None:
         d.find_element(By.ID, "open-signal").click()
         dialog = d.find_element(By.ID, "dlg-signal")
         wait.until(lambda _: dialog.is_displayed())
-        d.find_element(By.ID, "signal-name").send_keys("approve")
+        name = d.find_element(By.ID, "signal-name")
+        assert name.get_attribute("value") == "approve"  # the signal the run waits for
+        name.clear()
+        name.send_keys("approve")
         d.find_element(By.ID, "signal-value").send_keys("true")
         d.find_element(By.ID, "confirm-signal").click()
         flash = wait.until(ec.presence_of_element_located((By.ID, "flash")))

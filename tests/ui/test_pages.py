@@ -232,3 +232,25 @@ def test_a_live_stream_response_ends_in_time_and_the_browser_resumes_it(monkeypa
         assert len(data) == 2 and "id: 2" in body
         status, body = get(f"{served.url}/stream/order-1?name=log", {"Last-Event-ID": "2"})
         assert [e for e in body.split("\n\n") if e.startswith("data: ")] == []
+
+
+def test_live_regions_carry_a_version_that_changes_only_with_their_content() -> None:
+    with Served(populate) as served:
+
+        def version(url: str) -> str:
+            with urllib.request.urlopen(url, timeout=30) as r:
+                return str(r.headers["X-Fusee-Version"])
+
+        for page, region, live in (
+            (f"{served.url}/runs/order-2", "live", f"{served.url}/live/order-2"),
+            (f"{served.url}/?status=ok", "rows", f"{served.url}/fragments/rows?status=ok"),
+            (f"{served.url}/?status=ok", "counts", f"{served.url}/fragments/counts?status=ok"),
+        ):
+            _, html = get(page)
+            found = re.search(f'id="{region}" data-live="[^"]*" data-every="\\d+" data-version="([0-9a-f]+)"', html)
+            assert found is not None
+            assert version(live) == found.group(1)  # the page's script swaps nothing
+        before = version(f"{served.url}/live/order-1")
+        assert served.engine is not None
+        served.call(served.engine.signal, "order-1", fusee.signal("approve"), True)
+        assert version(f"{served.url}/live/order-1") != before

@@ -1,22 +1,20 @@
 // Fusee web UI: live regions, confirmation dialogs and stream followers. No build step.
 "use strict";
 
-// An element with data-live="url" is refreshed from that URL every data-every ms,
-// replaced only when the HTML changed (open <details> stay open).
+// An element with data-live="url" is refreshed from that URL every data-every ms, replaced
+// only when the server's version of it changed (open <details> stay open).
 function follow(el) {
   const every = parseInt(el.dataset.every || "3000", 10);
-  let last = null;
   async function tick() {
     try {
       const r = await fetch(el.dataset.live, { headers: { "X-Fusee-Fragment": "1" }, cache: "no-store" });
-      if (r.ok) {
+      const version = r.headers.get("X-Fusee-Version");
+      if (r.ok && version !== el.dataset.version) {
         const html = await r.text();
-        if (html !== last) {
-          const open = Array.from(el.querySelectorAll("details")).map((d) => d.open);
-          el.innerHTML = html;
-          el.querySelectorAll("details").forEach((d, i) => { if (open[i]) d.open = true; });
-        }
-        last = html;
+        const open = Array.from(el.querySelectorAll("details")).map((d) => d.open);
+        el.innerHTML = html;
+        el.querySelectorAll("details").forEach((d, i) => { if (open[i]) d.open = true; });
+        el.dataset.version = version;
       }
     } catch (e) { /* the server is away: try again at the next tick */ }
     setTimeout(tick, document.hidden ? every * 4 : every);
@@ -40,11 +38,12 @@ function stream(pre) {
 document.addEventListener("DOMContentLoaded", () => {
   document.querySelectorAll("[data-live]").forEach(follow);
   document.querySelectorAll("pre[data-stream]").forEach(stream);
-  document.querySelectorAll("[data-dialog]").forEach((b) => {
-    b.addEventListener("click", () => document.getElementById(b.dataset.dialog).showModal());
-  });
-  document.querySelectorAll("dialog [data-close]").forEach((b) => {
-    b.addEventListener("click", () => b.closest("dialog").close());
+  // Delegated: the buttons live in regions that refresh.
+  document.addEventListener("click", (ev) => {
+    const open = ev.target.closest("[data-dialog]");
+    if (open) document.getElementById(open.dataset.dialog).showModal();
+    const close = ev.target.closest("dialog [data-close]");
+    if (close) close.closest("dialog").close();
   });
   // Filters apply as soon as a select changes.
   const status = document.getElementById("status-filter");
