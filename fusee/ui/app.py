@@ -12,7 +12,7 @@ import hashlib
 import html
 import inspect
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, quote, urlencode
@@ -96,6 +96,18 @@ class _UI:
         )
 
     # --- helpers ---------------------------------------------------------------
+
+    def guard(self, page: Callable[[Request], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:
+        """``page``, answering 503 with the reason when the engine cannot answer (closed, failed log)."""
+
+        async def guarded(request: Request) -> Response:
+            try:
+                return await page(request)
+            except FuseeError as e:
+                return self.render(request, "error.html", status_code=503, title="The engine cannot answer",
+                                   message=str(e))
+
+        return guarded
 
     def render(self, request: Request, name: str, status_code: int = 200, **ctx: Any) -> HTMLResponse:
         base = request.scope.get("root_path", "").rstrip("/")
@@ -339,15 +351,16 @@ def routes(engine: fusee.Engine) -> list[BaseRoute]:
     or behind the app's own (see docs/operations.md).
     """
     ui = _UI(engine)
+    guard = ui.guard
     return [
-        Route("/", ui.runs, name="ui-runs"),
-        Route("/fragments/rows", ui.runs_rows),
-        Route("/fragments/counts", ui.runs_counts),
-        Route("/fragments/metrics", ui.metrics_live),
-        Route("/metrics", ui.metrics, name="ui-metrics"),
-        Route("/runs/{wid:path}", ui.run, name="ui-run"),
-        Route("/live/{wid:path}", ui.run_live),
-        Route("/stream/{wid:path}", ui.stream),
-        Route("/action/{action}/{wid:path}", ui.action, methods=["POST"]),
+        Route("/", guard(ui.runs), name="ui-runs"),
+        Route("/fragments/rows", guard(ui.runs_rows)),
+        Route("/fragments/counts", guard(ui.runs_counts)),
+        Route("/fragments/metrics", guard(ui.metrics_live)),
+        Route("/metrics", guard(ui.metrics), name="ui-metrics"),
+        Route("/runs/{wid:path}", guard(ui.run), name="ui-run"),
+        Route("/live/{wid:path}", guard(ui.run_live)),
+        Route("/stream/{wid:path}", guard(ui.stream)),
+        Route("/action/{action}/{wid:path}", guard(ui.action), methods=["POST"]),
         Mount("/static", app=StaticFiles(directory=HERE / "static"), name="ui-static"),
     ]

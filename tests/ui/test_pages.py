@@ -254,3 +254,42 @@ def test_live_regions_carry_a_version_that_changes_only_with_their_content() -> 
         assert served.engine is not None
         served.call(served.engine.signal, "order-1", fusee.signal("approve"), True)
         assert version(f"{served.url}/live/order-1") != before
+
+
+async def _asgi_get(app: Any, path: str) -> tuple[int, str]:
+    """One GET through an ASGI app, in this loop (no server)."""
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "GET",
+             "scheme": "http", "path": path, "raw_path": path.encode(), "root_path": "", "query_string": b"",
+             "headers": [(b"host", b"testserver")], "client": ("127.0.0.1", 1), "server": ("testserver", 80)}
+    await app(scope, receive, send)
+    status = next(m["status"] for m in sent if m["type"] == "http.response.start")
+    body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
+    return status, body.decode()
+
+
+async def test_a_closed_engine_gets_a_clear_page_not_a_server_error() -> None:
+    from starlette.applications import Starlette
+    from starlette.routing import Mount
+
+    import fusee.ui
+
+    engine = await fusee.Engine.open(workflows=[order])
+    app = Starlette(routes=[Mount("/ui", routes=fusee.ui.routes(engine))])
+    await engine.start(order, "o-1", "acme")
+    status, page = await _asgi_get(app, "/ui/runs/o-1")
+    assert status == 200 and "o-1" in page
+    await engine.close()
+    # The list and the metrics answer from memory (what the engine held at its close)...
+    assert (await _asgi_get(app, "/ui/"))[0] == 200
+    assert (await _asgi_get(app, "/ui/metrics"))[0] == 200
+    # ...a journal cannot be read any more: a page that says why, not a server error.
+    status, page = await _asgi_get(app, "/ui/runs/o-1")
+    assert status == 503 and "the engine is closed: open it again" in page
