@@ -39,9 +39,6 @@ class Sabotage:
     inline_never_demoted: bool = False
     #: A step function lent the loop's thread starts without handing what is pending to the disk.
     inline_step_holds_flush: bool = False
-    #: A step run at once (inline, or async without suspending) counts as one waiting for its
-    #: gate: nothing asks for a flush of what its run appends next.
-    no_flush_after_direct_step: bool = False
 
 
 #: The switches in force. Engine code reads them; only tests write them.

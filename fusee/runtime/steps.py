@@ -122,8 +122,6 @@ class StepRunner:
             self.rt.committer.request_flush()
             self.rt.steps_started = True
             return
-        if sabotage.active.no_flush_after_direct_step:
-            self.rt.steps_started = True
         if self._streak < _DIRECT_STREAK and not self._direct and not run.machine.is_replaying():
             # Its gate is durable now (a lone chain just flushed): run it at once,
             # sparing a turn of the loop (and its poll) per step.
