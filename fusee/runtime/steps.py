@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from fusee import codec, sabotage
 from fusee.core import journal as jm
 from fusee.core import records as rec
-from fusee.errors import SerializationError, StepTimeout
+from fusee.errors import SerializationError, StepTimeout, WrongEventLoop
 from fusee.runtime.context import CURRENT_STEP, StepInfo
 from fusee.runtime.run import Run, StepCall
 from fusee.runtime.streams import StepStream
@@ -236,7 +236,14 @@ class StepRunner:
                     self._carry(run, seq, call, _Continue(coro, yielded))
                     return
             elif self.sync_policy.runs_inline(call.fn):
-                value = self._call_inline(call.fn, args)
+                try:
+                    value = self._call_inline(call.fn, args)
+                except WrongEventLoop:
+                    # It waits for the engine's loop (engine.run_threadsafe): only a thread
+                    # can run it. In the pool from now on, this execution included.
+                    self.sync_policy.needs_thread(call.fn)
+                    self.rt.spawn(self._step(run, seq, call, self._in_pool(run, call.fn, args)))
+                    return
                 if _awaitable(value):
                     self._carry(run, seq, call, value)
                     return
@@ -454,9 +461,14 @@ class StepRunner:
         CURRENT_STEP.set(self._info_maker(run, seq, call, attempt))
         if call.is_async:
             return await self._supervise(run, seq, call, asyncio.ensure_future(fn(*args)), False)
-        if call.timeout_s is None and call.heartbeat_s is None and self.sync_policy.runs_inline(fn):
-            result = self._call_inline(fn, args)
-        else:
+        inline = call.timeout_s is None and call.heartbeat_s is None and self.sync_policy.runs_inline(fn)
+        if inline:
+            try:
+                result = self._call_inline(fn, args)
+            except WrongEventLoop:
+                self.sync_policy.needs_thread(fn)  # see _start_step
+                inline = False
+        if not inline:
             result = await self._supervise(run, seq, call, self._in_pool(run, fn, args), True)
         if inspect.isawaitable(result):
             task = asyncio.ensure_future(result)

@@ -119,6 +119,14 @@ class SyncStepPolicy:
         except TypeError:  # an unhashable callable: never learned, always pooled
             return self.mode is True
 
+    def needs_thread(self, fn: Callable[..., Any]) -> None:
+        """``fn`` waited for the event loop from its thread (``engine.run_threadsafe``): pooled for good."""
+        try:
+            self._set(function_key(fn), -(1 << 62))
+        except TypeError:
+            pass
+        self.demoted += 1
+
     def observe(self, fn: Callable[..., Any], seconds: float, inline: bool) -> None:
         """One execution of ``fn`` took ``seconds`` (inline: on the loop's thread)."""
         if self.mode is not None:

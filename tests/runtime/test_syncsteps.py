@@ -204,3 +204,31 @@ async def test_a_step_run_within_its_workflows_turn_is_durable_before_a_long_sle
         assert engine.describe("ts").status == "running"
         journal = await engine.journal("ts")
         assert sum(1 for r in journal if type(r).__name__ == "Step") == PROBES + 2
+
+
+ENGINES: list[fusee.Engine] = []
+
+
+def ask_engine(i: int) -> int:
+    if i < PROBES + 1:
+        return i  # cheap: promoted to the loop's thread
+    # Then it waits for the engine's loop from its thread: only the pool can run that.
+    return len(ENGINES[0].run_threadsafe(ENGINES[0].journal, "asks", timeout=30))
+
+
+@fusee.workflow("asks")
+async def asks(ctx: fusee.Ctx) -> list[int]:
+    return [await ctx.step("ask", ask_engine, i) for i in range(PROBES + 3)]
+
+
+async def test_a_step_that_calls_back_into_the_engine_moves_to_the_pool_instead_of_failing() -> None:
+    ENGINES.clear()
+    async with fusee.Engine.open(None, workflows=[asks]) as engine:
+        ENGINES.append(engine)
+        out = await asyncio.wait_for(engine.execute(asks, "asks"), 60)
+        stats = engine.stats
+        journal = await engine.journal("asks")
+    assert out[: PROBES + 1] == list(range(PROBES + 1))
+    assert all(n > 0 for n in out[PROBES + 1:])
+    assert stats["sync_inline"] >= 1 and stats["sync_demoted"] == 1
+    assert not [r for r in journal if type(r).__name__ == "Attempt"]  # no attempt failed for it
