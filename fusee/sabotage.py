@@ -35,6 +35,8 @@ class Sabotage:
     resume_unreported_progress: bool = False
     #: ``reset`` delivers the signals that arrived after the cut twice.
     reapply_signal_twice: bool = False
+    #: Stream readers are shown chunks that are not durable yet (a crash may take them back).
+    stream_shows_nondurable: bool = False
 
 
 #: The switches in force. Engine code reads them; only tests write them.
