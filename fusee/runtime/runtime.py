@@ -23,6 +23,7 @@ from fusee.definitions import WorkflowDef
 from fusee.encryption import Codec
 from fusee.errors import (
     AlreadyExists,
+    CodecError,
     DeterminismError,
     FuseeError,
     NotFound,
@@ -865,7 +866,12 @@ class Runtime:
         if st.run is not None:
             return st.run
         if st.status is None and st.packed is not None and st.id not in self.stuck:
-            st.journal, st.lsns = unpack(st.packed, self.sealer)
+            try:
+                st.journal, st.lsns = unpack(st.packed, self.sealer)
+            except CodecError as e:
+                # Parked under a key the codec lacks: stopped (a reopen with the key wakes it).
+                self.mark_stuck(st.id, e)
+                return None
             st.packed = None
             self.stats["woken"] += 1
             self._load_run(st)

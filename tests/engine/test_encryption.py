@@ -292,3 +292,18 @@ def test_every_bytes_field_of_every_record_is_sealed() -> None:
     assert data[0] == SEALED and b"inp" not in data and b"upd" not in data and b"w" in data
     assert sealer.decode(data) == r
     assert Sealer().decode(rec.encode(r)) == r
+
+
+async def test_a_parked_run_under_a_missing_key_is_stopped_not_garbage(tmp_path: Path) -> None:
+    """A run parked in the checkpoint is decrypted only when it wakes: then a missing key stops it."""
+    async with fusee.Engine.open(tmp_path, workflows=WORKFLOWS, codec=codec(), park_after=0) as engine:
+        await engine.start(waiter, "parked")
+        await until(lambda: engine.stats["parked"] >= 1)
+    only_k2 = codec("k2", k2=K2)
+    async with fusee.Engine.open(tmp_path, workflows=WORKFLOWS, codec=only_k2) as engine:
+        with pytest.raises(fusee.NotFound, match="'k1'"):
+            await engine.signal("parked", hold, "wake up")
+        assert "'k1'" in engine.stuck()["parked"]
+    async with fusee.Engine.open(tmp_path, workflows=WORKFLOWS, codec=codec("k2", k1=K1, k2=K2)) as engine:
+        await engine.signal("parked", hold, "wake up")
+        assert await engine.get("parked").result() is None
