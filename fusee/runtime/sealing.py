@@ -90,7 +90,8 @@ class Sealer:
         self.codec = codec
         # Without a codec the plain functions themselves: no cost on the step path.
         self.encode: typing.Callable[[rec.Record], bytes] = rec.encode if codec is None else self._seal
-        self.decode: typing.Callable[[bytes | bytearray | memoryview], rec.Record] = self._open
+        self.decode: typing.Callable[[bytes | bytearray | memoryview], rec.Record] = (
+            _plain_decode if codec is None else self._open)
 
     def seal_bytes(self, data: bytes) -> bytes:
         """One payload as stored (unchanged without a codec, or when empty)."""
@@ -142,10 +143,19 @@ class Sealer:
         if len(data) < 2 or data[0] != SEALED:
             return rec.decode(data)  # plain: written without a codec
         r = peek(data)
-        if self.codec is None:
-            raise MissingKey("", _without_codec(r))
+        assert self.codec is not None
         plan = PLANS[type(r)]
         return _transform(r, plan, self._decode_payload) if plan else r
+
+
+def _plain_decode(data: bytes | bytearray | memoryview) -> rec.Record:
+    """``rec.decode`` (no cost on the way of plain records), naming a sealed record for what it is."""
+    try:
+        return rec.decode(data)
+    except CorruptRecord:
+        if len(data) >= 2 and data[0] == SEALED:
+            raise MissingKey("", _without_codec(peek(data))) from None
+        raise
 
 
 def _without_codec(r: rec.Record) -> str:
