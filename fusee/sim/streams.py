@@ -172,7 +172,7 @@ class Streams:
             r.done = True
             self.streams_read += 1
         elif not chunks:
-            await asyncio.sleep(0.001 * (r.n % 3))
+            await asyncio.sleep(0.001 * (1 + r.n % 3))  # a short poll came back empty: wait a little
 
     async def _follow(self, world: Any, engine: Any, r: Reader, life: int) -> None:
         offset = r.next
