@@ -135,8 +135,10 @@ async def check_readable(engine: fusee.Engine) -> None:
             "Signal", "Update", "UpdateDone", "Completed", "Value", "Done"} <= kinds
 
 
-async def test_no_payload_is_readable_in_the_files(tmp_path: Path) -> None:
-    async with fusee.Engine.open(tmp_path, workflows=WORKFLOWS, codec=codec()) as engine:
+@pytest.mark.parametrize("blob_threshold", [256 << 10, 64], ids=["in-batches", "as-blobs"])
+async def test_no_payload_is_readable_in_the_files(tmp_path: Path, blob_threshold: int) -> None:
+    async with fusee.Engine.open(tmp_path, workflows=WORKFLOWS, codec=codec(),
+                                 blob_threshold=blob_threshold) as engine:
         assert await run_everything(engine) == EXPECTED
         assert not files_holding(tmp_path, MARK), "a payload reached the log in plaintext"
         await engine.checkpoint()  # packed journals and attributes in the checkpoint
@@ -144,6 +146,8 @@ async def test_no_payload_is_readable_in_the_files(tmp_path: Path) -> None:
     assert not files_holding(tmp_path, MARK), files_holding(tmp_path, MARK)
     # IDs and names stay readable for operators.
     assert files_holding(tmp_path, b"vault-1") and files_holding(tmp_path, b"flaky")
+    if blob_threshold == 64:
+        assert any("blob" in f for f in files_holding(tmp_path, b"vault-1")), "no record went to a blob"
     async with fusee.Engine.open(tmp_path, workflows=WORKFLOWS, codec=codec()) as engine:
         await check_readable(engine)
 
