@@ -229,6 +229,8 @@ ROWS: list[tuple[str, str, str, str, bool]] = [
     ("stream", "p99_us", "stream: write → read p99", "us", False),
     ("codec", "us_per_step_plain", "codec: chain time per step, no codec", "us", False),
     ("codec", "us_per_step_aesgcm", "codec: chain time per step, AesGcmCodec", "us", False),
+    ("codec", "cpu_us_per_step_plain", "codec: chain CPU per step, no codec", "us", False),
+    ("codec", "cpu_us_per_step_aesgcm", "codec: chain CPU per step, AesGcmCodec", "us", False),
     ("codec", "payload_roundtrip_us", "codec: AES-GCM encode + decode of one payload", "us", False),
 ]
 
