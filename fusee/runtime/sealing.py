@@ -100,9 +100,12 @@ class Sealer:
         return self._encode_payload(data)
 
     def open_bytes(self, data: bytes) -> bytes:
-        """The payload :meth:`seal_bytes` stored as ``data``."""
-        if self.codec is None or not data:
+        """The payload :meth:`seal_bytes` stored as ``data`` with a codec (MissingKey without one)."""
+        if not data:
             return data
+        if self.codec is None:
+            raise MissingKey("", "the checkpoint holds encrypted payloads and the engine was opened "
+                             "without a codec: open it with the codec= (and keys) it was written with")
         return self._decode_payload(data)
 
     def _encode_payload(self, data: bytes) -> bytes:

@@ -311,3 +311,21 @@ async def test_a_parked_run_under_a_missing_key_is_stopped_not_garbage(tmp_path:
     async with fusee.Engine.open(tmp_path, workflows=WORKFLOWS, codec=codec("k2", k1=K1, k2=K2)) as engine:
         await engine.signal("parked", hold, "wake up")
         assert await engine.get("parked").result() is None
+
+
+@fusee.workflow("tagged-waiter")
+async def tagged_waiter(ctx: fusee.Ctx) -> None:
+    ctx.set_attributes({"team": "S3CRET-team"})
+    await ctx.wait_for(hold)
+
+
+async def test_encrypted_attributes_of_a_parked_run_need_the_codec(tmp_path: Path) -> None:
+    """Only a parked run in the checkpoint: its encrypted attributes still refuse an open without a codec."""
+    async with fusee.Engine.open(tmp_path, workflows=[tagged_waiter], codec=codec(), park_after=0) as engine:
+        await engine.start(tagged_waiter, "parked")
+        await until(lambda: engine.stats["parked"] >= 1)
+    assert not files_holding(tmp_path, MARK)
+    with pytest.raises(MissingKey, match="without a codec"):
+        await fusee.Engine.open(tmp_path, workflows=[tagged_waiter])
+    async with fusee.Engine.open(tmp_path, workflows=[tagged_waiter], codec=codec()) as engine:
+        assert engine.describe("parked").attributes == {"team": "S3CRET-team"}
