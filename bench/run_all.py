@@ -41,7 +41,8 @@ from fusee.storage.flush_modes import DEFAULT as FLUSH_DEFAULT
 DBOS_VENV = common.BENCH_DIR / ".venv-dbos"
 DBOS_PY = DBOS_VENV / "bin" / "python"
 PLOT_NAME = "step_latency.png"
-FUSEE_WORKLOADS = ["chain", "fanout", "users", "start", "signals", "timers", "wakes", "soak", "scale", "recovery", "list", "stream"]
+FUSEE_WORKLOADS = ["chain", "fanout", "users", "start", "signals", "timers", "wakes", "soak", "scale", "recovery",
+                   "list", "stream", "codec"]
 #: Engine options per workload (disclosed in the report): the defaults, except
 #: that the scale workload parks runs after 1 s so that RSS is read with them
 #: parked. (The step functions are ``async def``: ``inline_sync_steps`` would
@@ -237,6 +238,11 @@ ROWS: list[tuple[str, str, str, str, bool]] = [
     ("stream", "chunks_per_s", "stream: chunks/s written and read live", "n", True),
     ("stream", "p50_us", "stream: write → read p50", "us", False),
     ("stream", "p99_us", "stream: write → read p99", "us", False),
+    ("codec", "us_per_step_plain", "codec: chain time per step, no codec", "us", False),
+    ("codec", "us_per_step_aesgcm", "codec: chain time per step, AesGcmCodec", "us", False),
+    ("codec", "cpu_us_per_step_plain", "codec: chain CPU per step, no codec", "us", False),
+    ("codec", "cpu_us_per_step_aesgcm", "codec: chain CPU per step, AesGcmCodec", "us", False),
+    ("codec", "payload_roundtrip_us", "codec: AES-GCM encode + decode of one payload", "us", False),
 ]
 
 

@@ -39,6 +39,8 @@ class Sabotage:
     inline_never_demoted: bool = False
     #: A step function lent the loop's thread starts without handing what is pending to the disk.
     inline_step_holds_flush: bool = False
+    #: Stream readers are shown chunks that are not durable yet (a crash may take them back).
+    stream_shows_nondurable: bool = False
 
 
 #: The switches in force. Engine code reads them; only tests write them.

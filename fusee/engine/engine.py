@@ -22,9 +22,11 @@ from fusee.core import journal as jm
 from fusee.core import records as rec
 from fusee.definitions import QueryDef, SignalDef, UpdateDef, WorkflowDef
 from fusee.durations import to_ms
+from fusee.encryption import Codec, check_codec
 from fusee.engine import periodic, visibility
 from fusee.engine.visibility import Metrics, RunPage
 from fusee.errors import (
+    CodecError,
     CompletionFailed,
     CorruptRecord,
     EngineClosed,
@@ -207,6 +209,7 @@ class Engine:
         retention: float | None = None,
         read_only: bool = False,
         keep_history: bool = True,
+        codec: Codec | None = None,
     ) -> _Opening:
         """Opens (or creates) the engine directory ``path`` and recovers it.
 
@@ -233,6 +236,14 @@ class Engine:
         memory and in checkpoints (the log keeps everything until the next
         checkpoint). Queries of ended runs, and ``reset``/``fork`` of ended
         runs, then raise :class:`fusee.HistoryUnavailable`.
+
+        ``codec`` (a :class:`fusee.Codec`, e.g. :class:`fusee.AesGcmCodec`)
+        encodes every payload the engine stores (inputs, results, errors,
+        signal, update and completion values, heartbeats, stream chunks,
+        attributes) and decodes it when read back; IDs, names and record kinds
+        stay readable. A directory written without a codec opens with one (old
+        records stay readable); a payload whose key the codec lacks raises
+        :class:`fusee.errors.MissingKey` naming the key ID.
         """
         return _Opening(
             cls._open(
@@ -255,6 +266,7 @@ class Engine:
                 retention=retention,
                 read_only=read_only,
                 keep_history=keep_history,
+                codec=codec,
             )
         )
 
@@ -281,6 +293,7 @@ class Engine:
         retention: float | None,
         read_only: bool = False,
         keep_history: bool = True,
+        codec: Codec | None = None,
     ) -> Engine:
         registry: dict[tuple[str, int], WorkflowDef[Any, Any]] = {}
         for w in workflows:
@@ -295,6 +308,7 @@ class Engine:
                     "give the newer one @fusee.workflow(name, version=N)"
                 )
             registry[key] = w
+        codec = check_codec(codec)
         if not isinstance(checkpoint_every, int) or checkpoint_every < 1:
             raise ValueError(f"checkpoint_every must be a positive int, got {checkpoint_every!r}")
         interval = periodic.check_interval(checkpoint_interval)
@@ -365,6 +379,7 @@ class Engine:
             max_loaded=max_loaded,
             retention=retention,
             checkpoint_every=checkpoint_every,
+            codec=codec,
         )
         self._rt.keep_history = bool(keep_history)
         try:
@@ -416,16 +431,19 @@ class Engine:
         if recovery.checkpoint is not None:
             try:
                 self._rt.load_checkpoint(recovery.checkpoint)
+            except CodecError:
+                raise  # a key is missing, or a payload does not decrypt: the error says which
             except Exception as e:  # a valid checksum over content this code cannot read
                 raise LogCorrupted(ckpt_path, 0, f"the checkpoint's content does not decode "
                                    f"({type(e).__name__}: {e})", RESTORE_ADVICE) from e
         at = 0
+        decode = self._rt.sealer.decode
 
         def decoded() -> Generator[tuple[int, int, rec.Record], None, None]:
             nonlocal at
             for i, (shard, lsn, data) in enumerate(recovery.records):
                 at = i
-                r = rec.decode(data)
+                r = decode(data)
                 if type(r) is rec.Start and not r.id:
                     raise CorruptRecord("a Start record with an empty workflow ID")
                 yield shard, lsn, r

@@ -61,6 +61,13 @@ class Report:
     #: Closes that began while a step function ran, and cancels acknowledged while one of their run's did.
     closes_mid_step: int = 0
     cancels_mid_step: int = 0
+    #: Stream chunks readers got, streams read to their end, and reads again from an earlier offset.
+    chunks_read: int = 0
+    streams_read: int = 0
+    stream_rereads: int = 0
+    #: Payloads the simulated codec encoded (a third of seeds run one) and its key rotations.
+    payloads_encoded: int = 0
+    key_rotations: int = 0
     #: Completions accepted, and ones refused (a duplicate or a stale token).
     completions: int = 0
     completions_refused: int = 0
@@ -111,6 +118,11 @@ COVERAGE = (
     "resumed_exports",
     "resets",
     "signals_reapplied",
+    "chunks_read",
+    "streams_read",
+    "stream_rereads",
+    "payloads_encoded",
+    "key_rotations",
 )
 
 

@@ -242,7 +242,8 @@ class World:
         if self._accepted is None:
             params = inspect.signature(fusee.Engine.open).parameters
             self._accepted = frozenset(params)
-        return self.cfg.engine_options(self._accepted)
+        extra = {k: v for k, v in self.plan.engine_options.items() if k in self._accepted}
+        return {**self.cfg.engine_options(self._accepted), **extra}
 
     def _open(self) -> None:
         """Starts a new life: a fresh loop and an engine recovering from the disk."""
@@ -280,6 +281,8 @@ class World:
             self.t = self.loop.now
             if self.faults and self.kill_rng.random() < 0.1:
                 self._second_writer()
+            for hook in self.plan.on_open:
+                hook(self)
             return
         raise self.fail("the engine could not be opened in 20 attempts")
 
@@ -729,6 +732,8 @@ class World:
         problems = checkers.check_all(self.obs, snap, self.plan.service_violations(), final=final)
         if extra is not None:
             problems += extra(snap)
+        for check in self.plan.checks:
+            problems += check(self, snap, final)
         svc = self.svc
         if svc is not None:
             problems += checkers.check_cancel_gate(svc.effects, self.obs.cancels, svc.cancels_seen)
@@ -743,7 +748,7 @@ class World:
             raise self.fail(problems[0])
 
     def _all_done(self) -> bool:
-        if not all(self.acked):
+        if not all(self.acked) or self.plan.unfinished():
             return False
         for wid in self.obs.starts:
             if wid not in self.obs.results:
@@ -760,7 +765,7 @@ class World:
             for x in [wid, *(k for k, _ in self.obs.children.get(wid, ()))]:
                 if x not in self.obs.results:
                     out.append(f"{x} (no result)")
-        return out
+        return out + self.plan.unfinished()
 
     # --- the run ------------------------------------------------------------------
 
