@@ -30,6 +30,7 @@ class RunHost(Protocol):
     loop: asyncio.AbstractEventLoop
     tracebacks: bool
     default_retry: Retry
+    limiter: Any  # fusee.limits.Limiter: checks a step's limit= at ctx.step
 
     # the log
     def append(self, shard: int, r: rec.Record) -> int: ...
@@ -68,6 +69,7 @@ class StepHost(Protocol):
     closing: bool
     steps_started: bool
     stats: dict[str, int]
+    limiter: Any  # fusee.limits.Limiter: permits of limited steps
 
     def spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]: ...
     def flush_soon(self) -> None: ...

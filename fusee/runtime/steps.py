@@ -93,6 +93,8 @@ class StepRunner:
         self.started: list[tuple[str, int]] | None = None
         #: When a supervised attempt last reported a heartbeat (loop time).
         self._hb_seen: dict[tuple[Run, int], float] = {}
+        #: Whether any limited step ever ran (settling then gives its permit back).
+        self._limited = False
 
     # --- starting ----------------------------------------------------------------
 
@@ -179,6 +181,8 @@ class StepRunner:
         if run.executing.pop(seq, ...) is ...:
             return
         self.executing -= 1
+        if self._limited:
+            self.rt.limiter.release((run, seq))
         if self._hb_lsn:
             self._hb_next.pop((run, seq), None)
             self._hb_lsn.pop((run, seq), None)
@@ -202,6 +206,7 @@ class StepRunner:
             (call.not_before > 0 and call.not_before > self.rt.env.now_ms())
             or call.timeout_s is not None
             or call.heartbeat_s is not None
+            or call.limit is not None  # waits for a permit in its task
         ):
             if self.may_start(run, seq):
                 self.rt.spawn(self._step(run, seq, call))
@@ -236,6 +241,17 @@ class StepRunner:
         finally:
             CURRENT_STEP.reset(entered)
         self._step_result(run, seq, value)
+
+    async def _permit(self, run: Run, seq: int, call: StepCall) -> bool:
+        """Waits for the step's permit (fusee.limits); False if the step may no longer start."""
+        self._limited = True
+        limiter = self.rt.limiter
+        if not await limiter.acquire((run, seq), call.limit, lambda: self.may_start(run, seq)):
+            return False
+        if not self.may_start(run, seq):
+            limiter.release((run, seq))
+            return False
+        return True
 
     def _info_maker(self, run: Run, seq: int, call: StepCall, attempt: int) -> Callable[[], StepInfo]:
         return lambda: self._info(run, seq, call, attempt)
@@ -323,6 +339,8 @@ class StepRunner:
                 if wait_ms > 0 and call.not_before != rec.PAUSED:
                     await asyncio.sleep(wait_ms / 1000)
                 if not self.may_start(run, seq):
+                    return
+                if call.limit is not None and not await self._permit(run, seq, call):
                     return
                 self._begin(run, seq, asyncio.current_task() if call.is_async else None)
             attempt = call.attempt
