@@ -318,8 +318,17 @@ class _Gate:
             self._take(kind)
             return
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self.queue.append((kind, fut))
-        await fut
+        entry = (kind, fut)
+        self.queue.append(entry)
+        try:
+            await fut
+        except BaseException:
+            # Cancelled while waiting (the run's code is being torn down): leave no trace.
+            if entry in self.queue:
+                self.queue.remove(entry)
+            elif not fut.cancelled():
+                self.leave(kind)  # it was let in just as it was cancelled
+            raise
 
     def leave(self, kind: str) -> None:
         if kind == "exclusive":
@@ -330,6 +339,8 @@ class _Gate:
             self.shared -= 1
         while self.queue and self._fits(self.queue[0][0]):
             k, fut = self.queue.pop(0)
+            if fut.done():
+                continue
             self._take(k)
             fut.set_result(None)
 

@@ -66,6 +66,9 @@ class Report:
     #: Acknowledged resets, and signals they delivered again.
     resets: int = 0
     signals_reapplied: int = 0
+    #: Keyed object calls answered, and steps that ran under a step limit.
+    object_calls: int = 0
+    limited_steps: int = 0
     sim_ms: int = 0
 
     def line(self) -> str:
@@ -106,6 +109,8 @@ COVERAGE = (
     "resumed_exports",
     "resets",
     "signals_reapplied",
+    "object_calls",
+    "limited_steps",
 )
 
 
