@@ -50,6 +50,8 @@ FUSEE_OPTIONS: dict[str, list[str]] = {
     "list": ["--engine-opt=park_after=1"],
 }
 DBOS_WORKLOADS = ["chain", "fanout", "start", "signals", "timers"]
+#: Workloads of ``workloads_keyed.py`` (keyed objects and step limits, issue 12).
+KEYED_WORKLOADS = ["objects", "limits"]
 
 
 def log(message: str) -> None:
@@ -226,6 +228,11 @@ ROWS: list[tuple[str, str, str, str, bool]] = [
     ("stream", "chunks_per_s", "stream: chunks/s written and read live", "n", True),
     ("stream", "p50_us", "stream: write → read p50", "us", False),
     ("stream", "p99_us", "stream: write → read p99", "us", False),
+    ("objects", "exclusive_calls_per_s", "objects: exclusive calls/s (one key)", "n", True),
+    ("objects", "shared_calls_per_s", "objects: shared calls/s (one key)", "n", True),
+    ("limits", "permits_per_s", "limits: permits/s (limit 10, 10,000 waiting)", "n", True),
+    ("limits", "cpu_us_per_permit", "limits: CPU per permit", "us", False),
+    ("limits", "bytes_per_waiting_step", "limits: memory per waiting step", "bytes", False),
 ]
 
 
@@ -480,6 +487,10 @@ def _run_everything(args: argparse.Namespace, session: Path, size_flags: list[st
         collect("fusee", run_script(
             [sys.executable, str(here / "workloads_fusee.py"), workload, *quick, *size_flags,
              *FUSEE_OPTIONS.get(workload, FUSEE_OPTIONS["*"])],
+            f"fusee {workload}", args.timeout), workload)
+    for workload in KEYED_WORKLOADS:
+        collect("fusee", run_script(
+            [sys.executable, str(here / "workloads_keyed.py"), workload, *quick],
             f"fusee {workload}", args.timeout), workload)
 
     have_dbos = not args.no_dbos and ensure_dbos_venv()
