@@ -247,10 +247,32 @@ class ObjectDef(Generic[S]):
                 gate.leave(h.kind)
 
 
+@typing.overload
 def object(
     name: str,
     *,
-    state: type[S] | Any = Any,
+    state: type[S],
+    initial: Any = ...,
+    calls_per_run: int = 1000,
+    remember_calls: int = 10_000,
+) -> ObjectDef[S]: ...
+
+
+@typing.overload
+def object(
+    name: str,
+    *,
+    state: Any = Any,
+    initial: Any = ...,
+    calls_per_run: int = 1000,
+    remember_calls: int = 10_000,
+) -> ObjectDef[Any]: ...
+
+
+def object(
+    name: str,
+    *,
+    state: Any = Any,
     initial: Any = ...,
     calls_per_run: int = 1000,
     remember_calls: int = 10_000,
