@@ -230,6 +230,7 @@ class ObjectDef(Generic[S]):
         locked = not (h.kind == "exclusive" and sabotage.active.object_exclusive_unlocked)
         if locked:
             await gate.enter(h.kind)
+        before = (cell.json, cell.version)
         try:
             octx: ObjectCtx[Any] = ObjectCtx._make(ctx, self, key, cell, h.kind == "exclusive")
             try:
@@ -241,6 +242,8 @@ class ObjectDef(Generic[S]):
             except (DeterminismError, NondeterministicCall):
                 raise  # the run stops on these: they are not the handler's answer
             except Exception as e:
+                if h.kind == "exclusive":
+                    cell.json, cell.version = before  # a handler that raised leaves the state as it was
                 return {"err": [type(e).__name__, str(e)]}
         finally:
             if locked:

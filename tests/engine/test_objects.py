@@ -59,6 +59,7 @@ async def sneaky(ctx: fusee.ObjectCtx[Cart]) -> None:
 @cart.exclusive
 async def boom(ctx: fusee.ObjectCtx[Cart], n: int) -> int:
     RAN.append(f"boom{n}")
+    ctx.set_state(Cart(["half-done"]))
     raise ValueError(f"no {n}")
 
 
@@ -124,6 +125,8 @@ async def test_a_call_id_is_answered_once_also_after_continue_as_new(tmp_path: P
         with pytest.raises(fusee.ObjectCallFailed):
             await engine.call(boom, "k", 1, call_id="b-1")
         assert RAN.count("boom1") == 1
+        # A handler that raised left the state as it found it.
+        assert (await engine.object_state(cart, "k")).version == 8
     RAN.clear()
     # Reopened: the same answers, no handler runs again, the state is kept.
     async with fusee.Engine.open(tmp_path, workflows=[cart]) as engine:
