@@ -114,7 +114,8 @@ def add_jobs(cfg: SimConfig, plan: Plan) -> None:
     async def limited_fn(info: fusee.StepInfo, i: int) -> int:
         tracker.limited("b", info.key)
         try:
-            await asyncio.sleep(hold(info.key, i))
+            # Long enough (1 to 12 ms) that crashes often find permits out and steps waiting.
+            await asyncio.sleep(0.001 + 4 * hold(info.key, i))
         finally:
             tracker.limited("e", info.key)
         return i
@@ -140,15 +141,15 @@ def add_jobs(cfg: SimConfig, plan: Plan) -> None:
     plan.counters = lambda: {**counters(), **tracker.counters()}
 
     span = max(1, cfg.duration_ms // 2)
-    keys = [f"k{i}" for i in range(rng.choice([0, 1, 1, 2, 3]))]
+    keys = [f"k{i}" for i in range(rng.choice([0, 1, 1, 2]))]
     for key in keys:
         t = rng.randrange(span)
-        for c in range(3 + rng.randrange(8)):
+        for c in range(3 + rng.randrange(5)):
             handler = bump if rng.random() < 0.7 else peek
             call = ObjectCall(key, handler, f"{key}-c{c}", tracker)
             t2 = t + rng.randrange(20)  # close together: they contend for the key
             plan.actions.append((t2, call))
             if rng.random() < 0.3:
                 plan.actions.append((t2 + rng.randrange(100), call))  # the same call ID again
-    for j in range(rng.choice([0, 1, 2, 3])):
-        plan.actions.append((rng.randrange(span), Start(f"lim-{j}", limited, 3 + rng.randrange(8), "limited")))
+    for j in range(rng.choice([1, 1, 2])):
+        plan.actions.append((rng.randrange(span), Start(f"lim-{j}", limited, 3 + rng.randrange(6), "limited")))
