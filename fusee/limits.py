@@ -107,16 +107,23 @@ class LimitRequest:
         self.recovered = recovered
 
 
-class _Waiter:
-    __slots__ = ("alive", "fut", "holder", "key", "priority", "uncounted")
+#: Identifies a step across parking: (workflow ID, run ID, position).
+Ident = tuple[str, int, int]
 
-    def __init__(self, holder: object, req: LimitRequest, fut: asyncio.Future[bool],
+
+class _Waiter:
+    __slots__ = ("alive", "fut", "holder", "ident", "key", "priority", "uncounted", "wake")
+
+    def __init__(self, holder: object, ident: Ident, req: LimitRequest, fut: asyncio.Future[bool] | None,
                  alive: Callable[[], bool]) -> None:
         self.holder = holder
+        self.ident = ident
         self.key = req.fairness_key
         self.priority = req.priority
+        #: None while its run is parked: a grant then wakes the run (``wake``).
         self.fut = fut
         self.alive = alive
+        self.wake: Callable[[Ident], None] | None = None
         self.uncounted = req.recovered and sabotage.active.limit_uncounted_after_recovery
 
 
@@ -189,6 +196,11 @@ class Limiter:
         self.recovering = False
         #: Every grant, when a test or the simulator asks (None: not kept).
         self.grants: list[Grant] | None = None
+        #: Waiters by holder (a loaded run's step) and by ident (a parked run's step).
+        self._waiting: dict[object, _Waiter] = {}
+        self._parked: dict[Ident, _Waiter] = {}
+        #: Permits granted to parked runs' steps, kept until the woken step claims them.
+        self._reserved: dict[Ident, _Pool] = {}
 
     def configure(self, limits: Iterable[Limit]) -> None:
         """Declares the limits (at open)."""
@@ -216,15 +228,35 @@ class Limiter:
             raise TypeError(f"a step's fairness_key must be a string or None, got {fairness_key!r}")
         return LimitRequest(name, priority, fairness_key, self.recovering)
 
-    async def acquire(self, holder: object, req: LimitRequest, alive: Callable[[], bool]) -> bool:
+    async def acquire(self, holder: object, ident: Ident, req: LimitRequest, alive: Callable[[], bool],
+                      on_wait: Callable[[], None] | None = None) -> bool:
         """Waits for a permit of ``req``'s limit for ``holder``; False if it stopped being wanted
-        (``alive()`` turned false: the run was cancelled or ended meanwhile)."""
+        (``alive()`` turned false: the run was cancelled or ended meanwhile).
+
+        ``ident`` names the step across parking: a permit granted while its run was
+        parked is claimed at once, and a wait begun before the run parked goes on
+        from its place in the queue.
+        """
         pool = self._pools[req.name]
         fut: asyncio.Future[bool] = self._loop.create_future()
-        w = _Waiter(holder, req, fut, alive)
-        pool.levels.setdefault(req.priority, _Level()).push(w, pool.limit)
-        pool.waiting += 1
-        self._pump(pool)
+        reserved = self._reserved.pop(ident, None)
+        if reserved is not None:
+            # Granted while its run was parked (the grant woke it): the permit is its own.
+            reserved.holders[holder] = reserved.holders.pop(("parked", *ident))
+            return True
+        w = self._parked.pop(ident, None)
+        if w is not None:
+            # Its run was parked while it waited, and woke for another reason: same place in line.
+            w.holder, w.fut, w.alive, w.wake = holder, fut, alive, None
+            self._waiting[holder] = w
+        else:
+            w = _Waiter(holder, ident, req, fut, alive)
+            self._waiting[holder] = w
+            pool.levels.setdefault(req.priority, _Level()).push(w, pool.limit)
+            pool.waiting += 1
+            self._pump(pool)
+        if on_wait is not None and not fut.done():
+            on_wait()  # it waits: its run may now be parked
         try:
             return await fut
         except asyncio.CancelledError:
@@ -244,6 +276,29 @@ class Limiter:
 
     def holds(self, holder: object) -> bool:
         return any(holder in p.holders for p in self._pools.values())
+
+    def waits(self, holder: object) -> bool:
+        """Whether ``holder`` waits for a permit (and holds nothing else meanwhile)."""
+        w = self._waiting.get(holder)
+        return w is not None and w.fut is not None and not w.fut.done()
+
+    def park(self, holder: object, wake: Callable[[Ident], None]) -> None:
+        """``holder``'s run is parked: its wait goes on without it; a grant calls ``wake(ident)``,
+        and the permit waits for the woken step (:meth:`acquire` with the same ident)."""
+        w = self._waiting.pop(holder)
+        assert w.fut is not None
+        fut, w.fut = w.fut, None
+        w.holder, w.wake = ("parked", *w.ident), wake
+        w.alive = _always
+        self._parked[w.ident] = w
+        fut.set_result(False)  # the loaded run's task waiting for it ends
+
+    def drop_reservation(self, ident: Ident) -> None:
+        """A permit granted to a parked run's step that no woken step claimed goes back."""
+        pool = self._reserved.pop(ident, None)
+        if pool is not None and pool.holders.pop(("parked", *ident), None) is not None:
+            pool.in_use -= 1
+            self._pump(pool)
 
     def _pump(self, pool: _Pool) -> None:
         lim = pool.limit
@@ -266,7 +321,11 @@ class Limiter:
             pool.waiting -= 1
             if not level.size:
                 del pool.levels[top]
-            if w.fut.done() or not w.alive():
+            if self._waiting.get(w.holder) is w:
+                del self._waiting[w.holder]
+            if w.fut is None:
+                self._parked.pop(w.ident, None)
+            elif w.fut.done() or not w.alive():
                 if not w.fut.done():
                     w.fut.set_result(False)
                 continue
@@ -277,7 +336,14 @@ class Limiter:
                 pool.holders[w.holder] = True
             if self.grants is not None:
                 self.grants.append((lim.name, w.priority, w.key, snapshot, top))
-            w.fut.set_result(True)
+            if w.fut is None:
+                # A parked run's step: the permit is kept for it and its run is woken.
+                assert w.wake is not None
+                if not w.uncounted:
+                    self._reserved[w.ident] = pool
+                self._loop.call_soon(w.wake, w.ident)
+            else:
+                w.fut.set_result(True)
 
     def _tick(self, pool: _Pool) -> None:
         pool.timer = None
@@ -320,6 +386,10 @@ class Limiter:
             if pool.timer is not None:
                 pool.timer.cancel()
                 pool.timer = None
+
+
+def _always() -> bool:
+    return True
 
 
 class _Keep:

@@ -246,12 +246,18 @@ class StepRunner:
         """Waits for the step's permit (fusee.limits); False if the step may no longer start."""
         self._limited = True
         limiter = self.rt.limiter
-        if not await limiter.acquire((run, seq), call.limit, lambda: self.may_start(run, seq)):
+        ident = (run.workflow_id, run.run_id, seq)
+        if not await limiter.acquire((run, seq), ident, call.limit, lambda: self.may_start(run, seq),
+                                     lambda: self.rt.after_pump(run)):
             return False
         if not self.may_start(run, seq):
             limiter.release((run, seq))
             return False
         return True
+
+    def waits_for_permit(self, run: Run, seq: int) -> bool:
+        """Step ``seq`` waits only for a limit's permit (its run may be parked meanwhile)."""
+        return self._limited and seq not in run.executing and self.rt.limiter.waits((run, seq))
 
     def _info_maker(self, run: Run, seq: int, call: StepCall, attempt: int) -> Callable[[], StepInfo]:
         return lambda: self._info(run, seq, call, attempt)

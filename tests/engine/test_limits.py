@@ -183,3 +183,33 @@ def test_limits_are_checked_when_declared() -> None:
 async def test_two_limits_of_one_name_are_refused() -> None:
     with pytest.raises(ValueError, match="two limits"):
         await fusee.Engine.open(limits=[fusee.Limit("x"), fusee.Limit("x")])
+
+
+async def test_runs_waiting_only_for_permits_are_parked_and_woken_by_their_grant() -> None:
+    limits = [fusee.Limit("svc", concurrency=1)]
+    async with fusee.Engine.open(workflows=[one], limits=limits, park_after=0.01) as engine:
+        RELEASE["holder"] = asyncio.Event()
+        holder = await engine.start(one, "holder", ["holder", 0, None])
+        await wait_until(lambda: ORDER == ["holder"])
+        waiters = [await engine.start(one, f"w{i}", [f"w{i}", 0, f"k{i % 2}"]) for i in range(6)]
+        # Every waiter's run leaves memory while it waits (the holder's stays: its step runs).
+        await wait_until(lambda: engine.stats["parked"] >= 6)
+        assert engine.limits()["svc"].waiting == 6
+        RELEASE["holder"].set()
+        assert await holder.result() == "holder"
+        assert [await w.result() for w in waiters] == [f"w{i}" for i in range(6)]
+        assert ORDER == ["holder", "w0", "w1", "w2", "w3", "w4", "w5"]
+        assert RUNNING["most"] == 1
+        await wait_until(lambda: engine.limits()["svc"] == fusee.LimitStatus("svc", 1, None, 0, 0))
+
+
+async def test_steps_waiting_at_a_close_wait_again_after_the_reopen(tmp_path: Any) -> None:
+    closed = [fusee.Limit("svc", per_second=0.001)]  # hands out nothing while the engine runs
+    async with fusee.Engine.open(tmp_path, workflows=[limited], limits=closed) as engine:
+        run = await engine.start(limited, "r", [[f"t{i}", 0, None] for i in range(3)])
+        await wait_until(lambda: engine.limits()["svc"].waiting == 3)
+        assert run.describe().status == "running"
+    assert ORDER == []
+    async with fusee.Engine.open(tmp_path, workflows=[limited], limits=[fusee.Limit("svc", concurrency=2)]) as engine:
+        assert await engine.get("r").result() == ["t0", "t1", "t2"]
+        assert RUNNING["most"] == 2
