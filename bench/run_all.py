@@ -56,6 +56,8 @@ DBOS_WORKLOADS = ["chain", "fanout", "start", "signals", "timers"]
 #: The flush modes measured beside the default (``Engine.open(flush=...)``), on these workloads.
 FLUSH_MODES = ["inline", "pipeline", "background"]
 FLUSH_WORKLOADS = ["chain", "fanout", "users"]
+#: Workloads of ``workloads_keyed.py`` (keyed objects and step limits, issue 12).
+KEYED_WORKLOADS = ["objects", "limits"]
 
 
 def log(message: str) -> None:
@@ -243,6 +245,11 @@ ROWS: list[tuple[str, str, str, str, bool]] = [
     ("codec", "cpu_us_per_step_plain", "codec: chain CPU per step, no codec", "us", False),
     ("codec", "cpu_us_per_step_aesgcm", "codec: chain CPU per step, AesGcmCodec", "us", False),
     ("codec", "payload_roundtrip_us", "codec: AES-GCM encode + decode of one payload", "us", False),
+    ("objects", "exclusive_calls_per_s", "objects: exclusive calls/s (one key)", "n", True),
+    ("objects", "shared_calls_per_s", "objects: shared calls/s (one key)", "n", True),
+    ("limits", "permits_per_s", "limits: permits/s (limit 10, 10,000 waiting)", "n", True),
+    ("limits", "cpu_us_per_permit", "limits: CPU per permit", "us", False),
+    ("limits", "bytes_per_waiting_step", "limits: memory per waiting step", "bytes", False),
 ]
 
 
@@ -555,6 +562,10 @@ def _run_everything(args: argparse.Namespace, session: Path, size_flags: list[st
         collect("fusee", run_script(
             [sys.executable, str(here / "workloads_fusee.py"), workload, *quick, *size_flags,
              *FUSEE_OPTIONS.get(workload, FUSEE_OPTIONS["*"])],
+            f"fusee {workload}", args.timeout), workload)
+    for workload in KEYED_WORKLOADS:
+        collect("fusee", run_script(
+            [sys.executable, str(here / "workloads_keyed.py"), workload, *quick],
             f"fusee {workload}", args.timeout), workload)
 
     # The flush modes other than the default, on a few workloads (the default's are above).

@@ -370,3 +370,46 @@ class DecryptionFailed(CodecError):
     def __init__(self, message: str, key_id: str | None = None) -> None:
         self.key_id = key_id
         super().__init__(message)
+
+
+# --- keyed objects and step limits ----------------------------------------------
+
+
+class UnknownLimit(FuseeError, ValueError):
+    """A step (or ``set_limit``) names a limit the engine was not opened with.
+
+    ``name`` is the limit named. Declare it with
+    ``Engine.open(..., limits=[fusee.Limit(name, ...)])``.
+    """
+
+    def __init__(self, message: str, *, name: str) -> None:
+        self.name = name
+        super().__init__(message)
+
+
+class ObjectVersionConflict(FuseeError):
+    """An operator's edit of an object's state named a version the state no longer has.
+
+    ``expected`` is the ``if_version`` given, ``actual`` the state's version:
+    read the state again (``engine.object_state``) and retry. Nothing changed.
+    """
+
+    def __init__(self, message: str, *, expected: int, actual: int) -> None:
+        self.expected = expected
+        self.actual = actual
+        super().__init__(message)
+
+
+class ObjectStateReadOnly(FuseeError, RuntimeError):
+    """A shared handler called ``ctx.set_state``: shared handlers read the state, only
+    exclusive handlers write it (declare the handler with ``@obj.exclusive``)."""
+
+
+class ObjectCallFailed(FuseeError):
+    """An object handler raised: ``type_name`` and ``message`` are its error as recorded
+    (the same answer for every repeat of the call's ``call_id``)."""
+
+    def __init__(self, message: str, *, type_name: str, error_message: str) -> None:
+        self.type_name = type_name
+        self.error_message = error_message
+        super().__init__(message)

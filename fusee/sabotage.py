@@ -41,6 +41,15 @@ class Sabotage:
     inline_step_holds_flush: bool = False
     #: Stream readers are shown chunks that are not durable yet (a crash may take them back).
     stream_shows_nondurable: bool = False
+    # keyed objects and step limits
+    #: An exclusive object handler runs without taking its key's lock.
+    object_exclusive_unlocked: bool = False
+    #: A repeated object ``call_id`` is handled again once the object's run continued as new.
+    object_forget_call_ids: bool = False
+    #: A step issued while the engine recovers takes its permit without it being counted.
+    limit_uncounted_after_recovery: bool = False
+    #: A fairness key keeps its turn until its waiters run out (no round robin).
+    limit_unfair: bool = False
 
 
 #: The switches in force. Engine code reads them; only tests write them.

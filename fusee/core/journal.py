@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import enum
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Container, Sequence
 from typing import Final, Literal, NamedTuple
 
 import msgspec
@@ -733,16 +733,18 @@ class RunMachine:
         """Nothing is pending, queued or left to replay."""
         return not self._replay and not self._live and not self._pending
 
-    def is_suspended(self) -> bool:
+    def is_suspended(self, waiting_steps: Container[int] = ()) -> bool:
         """Replay is done, nothing is queued, and every pending operation waits
-        on time, a signal, a child, an outside completion or a resume: the run
+        on time, a signal, a child, an outside completion or a resume (or is a
+        step in ``waiting_steps``: the host says it waits for a permit): the run
         may be parked out of memory."""
         if self._replay or self._live or not self._pending:
             return False
-        for p in self._pending.values():
+        for seq, p in self._pending.items():
             k = p.kind
             if not (
                 k is _SLEEP or k is _WAIT or k is _CHILD or (k is _AWAIT and p.waiting) or p.paused
+                or (k is _STEP and seq in waiting_steps)
             ):
                 return False
         return True

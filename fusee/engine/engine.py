@@ -24,6 +24,8 @@ from fusee.definitions import QueryDef, SignalDef, UpdateDef, WorkflowDef
 from fusee.durations import to_ms
 from fusee.encryption import Codec, check_codec
 from fusee.engine import periodic, visibility
+from fusee.engine.limit_api import LimitCalls
+from fusee.engine.object_api import ObjectCalls
 from fusee.engine.visibility import Metrics, RunPage
 from fusee.errors import (
     CodecError,
@@ -36,6 +38,8 @@ from fusee.errors import (
     StorageError,
     WrongEventLoop,
 )
+from fusee.limits import Limit
+from fusee.objects import ObjectDef
 from fusee.retry import Retry
 from fusee.runtime import ended, history
 from fusee.runtime.context import Duration
@@ -169,7 +173,7 @@ class _Opening:
             await self._engine.close()
 
 
-class Engine:
+class Engine(ObjectCalls, LimitCalls):
     """An engine on one directory. Open it with :meth:`Engine.open`."""
 
     _env: Env
@@ -191,7 +195,7 @@ class Engine:
         cls,
         path: str | os.PathLike[str] | None = None,
         *,
-        workflows: Iterable[WorkflowDef[Any, Any]] = (),
+        workflows: Iterable[WorkflowDef[Any, Any] | ObjectDef[Any]] = (),
         shards: int | None = None,
         env: Env | None = None,
         retry: Retry | None = None,
@@ -210,6 +214,7 @@ class Engine:
         read_only: bool = False,
         keep_history: bool = True,
         codec: Codec | None = None,
+        limits: Iterable[Limit] = (),
     ) -> _Opening:
         """Opens (or creates) the engine directory ``path`` and recovers it.
 
@@ -230,6 +235,10 @@ class Engine:
 
         ``checkpoint_interval`` (seconds) also writes one that often while
         records were appended since the last one.
+
+        ``workflows`` also takes keyed objects (``fusee.object(...)``): each is a
+        built-in workflow. ``limits`` declares the step limits steps may name
+        (``ctx.step(..., limit=name)``; see :class:`fusee.Limit`).
 
         ``keep_history=False``: a run that ends keeps only its start, its
         ending and what it owes other workflows (children, messages), in
@@ -267,6 +276,7 @@ class Engine:
                 read_only=read_only,
                 keep_history=keep_history,
                 codec=codec,
+                limits=limits,
             )
         )
 
@@ -275,7 +285,7 @@ class Engine:
         cls,
         path: str | os.PathLike[str] | None,
         *,
-        workflows: Iterable[WorkflowDef[Any, Any]],
+        workflows: Iterable[WorkflowDef[Any, Any] | ObjectDef[Any]],
         shards: int | None,
         env: Env | None,
         retry: Retry | None,
@@ -294,9 +304,12 @@ class Engine:
         read_only: bool = False,
         keep_history: bool = True,
         codec: Codec | None = None,
+        limits: Iterable[Limit] = (),
     ) -> Engine:
         registry: dict[tuple[str, int], WorkflowDef[Any, Any]] = {}
         for w in workflows:
+            if isinstance(w, ObjectDef):
+                w = w.workflow  # a keyed object is a built-in workflow (fusee.objects)
             if not isinstance(w, WorkflowDef):
                 raise TypeError(
                     f"workflows=[...] takes functions decorated with @fusee.workflow, got {w!r}"
@@ -383,10 +396,13 @@ class Engine:
         )
         self._rt.keep_history = bool(keep_history)
         try:
+            self._rt.limiter.configure(limits)
             self._load(recovery, f"{log.dir.path}/checkpoint")
             self.recovered_records = len(recovery.records)
             if not read_only:
+                self._rt.limiter.recovering = True  # steps issued now may have run before the crash
                 self._rt.resume_all()
+                self._rt.limiter.recovering = False
                 self._rt.check_parked_code()
         except BaseException:
             # A failed open leaves nothing held: the directory can be opened again in-process.

@@ -284,6 +284,9 @@ class Ctx:
         read_only: bool = False,
         result_type: Any = None,
         heartbeat_timeout: Duration | None = None,
+        limit: str | None = None,
+        priority: int = 0,
+        fairness_key: str | None = None,
         **kwargs: Any,
     ) -> Awaitable[Any]:
         """Runs ``fn`` at most once to success and journals its result.
@@ -305,14 +308,22 @@ class Ctx:
         sees the latest progress as ``info.progress``). An async function is
         cancelled then; a synchronous one runs to its end first (its result is
         discarded), so two attempts never overlap.
+
+        ``limit`` names a :class:`fusee.Limit` the engine was opened with: each
+        attempt waits for a permit of it (highest ``priority`` first, fairness
+        keys in weighted turns) and holds it while the function runs; an
+        unknown name raises :class:`fusee.UnknownLimit` here.
         """
+        req = None
+        if limit is not None:
+            req = self._run.rt.limiter.request(limit, priority, fairness_key)
         if args or kwargs:
             if result_type is None:
                 from fusee.runtime.run import describe_fn
 
                 result_type = describe_fn(fn)[2]
             fn = bind_step_args(fn, args, kwargs)
-        return self._run.op_step(name, fn, retry, timeout, read_only, result_type, heartbeat_timeout)
+        return self._run.op_step(name, fn, retry, timeout, read_only, result_type, heartbeat_timeout, req)
 
     def await_completion(
         self,

@@ -20,9 +20,14 @@ if TYPE_CHECKING:
     from fusee.runtime.runtime import Runtime
 
 
+def permit_waits(rt: Runtime, run: Run) -> list[int]:
+    """The run's steps that wait only for a limit's permit (they hold nothing: it may park)."""
+    return [seq for seq in run.steps if rt.steps.waits_for_permit(run, seq)] if run.steps else []
+
+
 def after_pump(rt: Runtime, run: Run) -> None:
     """A run went quiet: park it once it has stayed suspended for ``park_after``."""
-    if rt.park_after_ms is None or not run.machine.is_suspended():
+    if rt.park_after_ms is None or not run.machine.is_suspended(permit_waits(rt, run)):
         return
     now = rt.env.now_ms()
     run.quiet_since = now
@@ -45,11 +50,12 @@ def parkable(rt: Runtime, run: Run) -> bool:
         and not run.finished
         and run.stuck is None
         and not run.pumping
-        and run.machine.is_suspended()
+        and run.machine.is_suspended(permit_waits(rt, run))
         and not run.loop.has_ready()
         and not run.update_waiters
         and not run.update_by_ordinal
-        and all(c.not_before == rec.PAUSED for c in run.steps.values())
+        and all(c.not_before == rec.PAUSED or rt.steps.waits_for_permit(run, seq)
+                for seq, c in run.steps.items())
     )
 
 
@@ -76,6 +82,12 @@ def park(rt: Runtime, st: WorkflowState) -> None:
     run = st.run
     assert run is not None and parkable(rt, run)
     st.wake_ms = wake_time(rt, run)
+    waiting = permit_waits(rt, run)
+    for seq in waiting:
+        rt.limiter.park((run, seq), lambda ident: wake_for_permit(rt, ident))
+    if waiting:
+        # Permits live in memory: after a restart the run must come back at once to wait again.
+        st.wake_ms = 1
     pack_state(rt, st)
     st.run = None
     rt.loaded_runs -= 1
@@ -111,3 +123,19 @@ def on_park_check(rt: Runtime, st: WorkflowState) -> None:
     else:
         run.park_queued = True
         rt.timers.push(due, PARK, st.id, st.run_id)
+
+
+#: How long a permit granted to a parked run's step waits for the woken step to claim it.
+_CLAIM_S = 5.0
+
+
+def wake_for_permit(rt: Runtime, ident: tuple[str, int, int]) -> None:
+    """A parked run's step got its permit: wake the run (its replay asks for the permit again and
+    gets it at once); a permit nobody can claim goes back."""
+    wid, run_id, _ = ident
+    st = rt.wf.get(wid)
+    if rt.closed or st is None or st.run_id != run_id or st.status is not None or rt.loaded(st) is None:
+        rt.limiter.drop_reservation(ident)
+        return
+    # Claimed within a few turns of the loop, unless the step can no longer start (a cancel came).
+    rt.loop.call_later(_CLAIM_S, rt.limiter.drop_reservation, ident)

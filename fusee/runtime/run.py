@@ -68,6 +68,7 @@ class StepCall:
         "is_async",
         "is_await",
         "last_error",
+        "limit",
         "name",
         "not_before",
         "read_only",
@@ -98,6 +99,8 @@ class StepCall:
         self.gate = gate
         #: The latest failed attempt's error (for describe()), or None.
         self.last_error: str | None = None
+        #: The limit whose permit each attempt takes (fusee.limits.LimitRequest), or None.
+        self.limit: Any = None
         #: An async completion's token function (its success hands out the token).
         self.is_await = False
         #: An attempt that reports no heartbeat for this long fails (None: no limit).
@@ -568,7 +571,7 @@ class Run:
     def _run_live(
         self, seq: int, start: jm.StepRun, name: str, fn: Callable[..., Any], retry: Retry | None,
         timeout: Any, read_only: bool, heartbeat_timeout: Any = None, is_await: bool = False,
-        described: tuple[bool, bool, Any] | None = None,
+        described: tuple[bool, bool, Any] | None = None, limit: Any = None,
     ) -> None:
         """Hands a live step's (or a completion token's) function to the step runner."""
         call = StepCall(
@@ -583,6 +586,7 @@ class Run:
             described,
         )
         call.is_await = is_await
+        call.limit = limit
         if heartbeat_timeout is not None:
             call.heartbeat_s = to_ms(heartbeat_timeout) / 1000
         self.steps[seq] = call
@@ -597,6 +601,7 @@ class Run:
         read_only: bool,
         result_type: Any,
         heartbeat_timeout: Any = None,
+        limit: Any = None,
     ) -> asyncio.Future[Any]:
         self._check()
         self._check_step_args("step", name, fn, retry)
@@ -611,7 +616,7 @@ class Run:
         if start is not jm.REPLAY:
             assert isinstance(start, jm.StepRun)
             self._run_live(seq, start, name, fn, retry, timeout, read_only, heartbeat_timeout,
-                           described=described)
+                           described=described, limit=limit)
         return fut
 
     def op_await(

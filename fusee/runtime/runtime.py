@@ -32,6 +32,7 @@ from fusee.errors import (
     UpdateFailed,
     WorkflowEnded,
 )
+from fusee.limits import Limiter
 from fusee.retry import Retry
 from fusee.runtime import history, index, parking, recovery
 from fusee.runtime import reset as reset_journal
@@ -110,6 +111,8 @@ class Runtime:
         self.default_retry: Retry = default_retry
         self.loop: asyncio.AbstractEventLoop = asyncio.get_running_loop()
         self.timers = TimerQueue(self.loop, env.now_ms, self._timer_event)
+        #: Permits of limited steps (fusee.limits); the engine declares the limits.
+        self.limiter = Limiter(self.loop, lambda: env.now_ms() / 1000)
         self._push = self.timers.push
         self.wf: dict[str, WorkflowState] = {}
         self.by_run: dict[int, WorkflowState] = {}

@@ -104,6 +104,8 @@ class StepRunner:
         self._hb_seen: dict[tuple[Run, int], float] = {}
         #: Where synchronous step functions run (the loop's thread or the pool).
         self.sync_policy = SyncStepPolicy(rt.env.inline_sync_steps, rt.env.monotonic)
+        #: Whether any limited step ever ran (settling then gives its permit back).
+        self._limited = False
 
     # --- starting ----------------------------------------------------------------
 
@@ -192,6 +194,8 @@ class StepRunner:
         if run.executing.pop(seq, ...) is ...:
             return
         self.executing -= 1
+        if self._limited:
+            self.rt.limiter.release((run, seq))
         if self._hb_lsn:
             self._hb_next.pop((run, seq), None)
             self._hb_lsn.pop((run, seq), None)
@@ -215,6 +219,7 @@ class StepRunner:
             (call.not_before > 0 and call.not_before > self.rt.env.now_ms())
             or call.timeout_s is not None
             or call.heartbeat_s is not None
+            or call.limit is not None  # waits for a permit in its task
         ):
             if self.may_start(run, seq):
                 self.rt.spawn(self._step(run, seq, call))
@@ -271,6 +276,23 @@ class StepRunner:
             return env.call_inline(fn, *args)
         finally:
             self.sync_policy.observe(fn, env.monotonic() - began, True)
+
+    async def _permit(self, run: Run, seq: int, call: StepCall) -> bool:
+        """Waits for the step's permit (fusee.limits); False if the step may no longer start."""
+        self._limited = True
+        limiter = self.rt.limiter
+        ident = (run.workflow_id, run.run_id, seq)
+        if not await limiter.acquire((run, seq), ident, call.limit, lambda: self.may_start(run, seq),
+                                     lambda: self.rt.after_pump(run)):
+            return False
+        if not self.may_start(run, seq):
+            limiter.release((run, seq))
+            return False
+        return True
+
+    def waits_for_permit(self, run: Run, seq: int) -> bool:
+        """Step ``seq`` waits only for a limit's permit (its run may be parked meanwhile)."""
+        return self._limited and seq not in run.executing and self.rt.limiter.waits((run, seq))
 
     def _info_maker(self, run: Run, seq: int, call: StepCall, attempt: int) -> Callable[[], StepInfo]:
         return lambda: self._info(run, seq, call, attempt)
@@ -364,6 +386,8 @@ class StepRunner:
                 if wait_ms > 0 and call.not_before != rec.PAUSED:
                     await asyncio.sleep(wait_ms / 1000)
                 if not self.may_start(run, seq):
+                    return
+                if call.limit is not None and not await self._permit(run, seq, call):
                     return
                 self._begin(run, seq, asyncio.current_task() if call.is_async else None)
             attempt = call.attempt

@@ -598,3 +598,102 @@ def check_refused(refused: Iterable[tuple[str, str, str]], snap: Snapshot) -> li
         if hit:
             out.append(f"{kind} of {wid} was refused (EngineClosed) during a close, yet it was applied")
     return out
+
+
+# --- keyed objects and step limits (issue 12) ----------------------------------
+
+
+def check_object_answers(answers: dict[str, list[Any]], keys: dict[str, str]) -> list[str]:
+    """One answer per call ID; exclusive calls of one key (each adds one) answer distinct counts.
+
+    ``answers``: call ID -> every answer the client got for it; ``keys``: call
+    ID -> its object key, for the exclusive calls only.
+    """
+    out = []
+    for cid, got in answers.items():
+        if any(a != got[0] for a in got):
+            out.append(f"object call {cid} was answered {got[0]!r} and later {next(a for a in got if a != got[0])!r}: "
+                       "a call ID must be answered once")
+    seen: dict[tuple[str, Any], str] = {}
+    for cid, key in keys.items():
+        first = answers.get(cid)
+        if not first:
+            continue
+        other = seen.setdefault((key, first[0]), cid)
+        if other != cid:
+            out.append(f"exclusive object calls {other} and {cid} of key {key} both answered {first[0]!r}: "
+                       "one of them did not see the other's write")
+    return out
+
+
+def check_object_exclusive(events: list[tuple[int, str, str, str, str]]) -> list[str]:
+    """Exclusive handlers of one key never overlap each other nor a shared one.
+
+    ``events``: (life, "in"/"out", key, "x" exclusive / "s" shared, call tag) in
+    the order the handlers' steps ran; a life's end ends whatever was inside.
+    """
+    inside: dict[str, dict[str, str]] = {}
+    life = None
+    for lf, what, key, kind, tag in events:
+        if lf != life:
+            inside, life = {}, lf
+        here = inside.setdefault(key, {})
+        if what == "in":
+            if kind == "x" and here:
+                return [f"exclusive handler {tag} of key {key} began beside {sorted(here)} (life {lf})"]
+            if kind == "s" and "x" in here.values():
+                return [f"shared handler {tag} of key {key} began beside an exclusive one {sorted(here)} (life {lf})"]
+            here[tag] = kind
+        else:
+            here.pop(tag, None)
+    return []
+
+
+def check_limit_concurrency(events: list[tuple[int, str, str]], bound: int) -> list[str]:
+    """A limit never has more executions running than its concurrency, in any life.
+
+    ``events``: (life, "b" began / "e" ended, step key) in order; a crash ends the
+    executions of its life (they ran in the process that died).
+    """
+    running: set[str] = set()
+    life = None
+    for lf, what, key in events:
+        if lf != life:
+            running, life = set(), lf
+        if what == "b":
+            running.add(key)
+            if len(running) > bound:
+                return [f"limit of {bound} over-subscribed: {sorted(running)} ran at once (life {lf})"]
+        else:
+            running.discard(key)
+    return []
+
+
+def check_limit_fairness(grants: list[tuple[int, Any]], weights: dict[str, int]) -> list[str]:
+    """Permits go to the highest priority waiting, and by weighted round robin among fairness keys.
+
+    The bound (see ``fusee.limits``): while a key has waiters, the other keys of
+    its priority get at most the sum of their weights before its next permit.
+    ``grants``: (life, (limit, priority, key, {key: waiters} before, top priority)).
+    """
+    since: dict[tuple[int, str, int, str], int] = {}
+    others: dict[tuple[int, str, int, str], set[str]] = {}
+    for life, (limit, prio, key, waiting, top) in grants:
+        if prio != top:
+            return [f"limit {limit}: a permit went to priority {prio} while priority {top} waited (life {life})"]
+        for k in list(since):
+            if k[:3] == (life, limit, prio) and k[3] not in waiting:
+                del since[k], others[k]  # no longer waiting: its wait starts over
+        for k in waiting:
+            if k == key:
+                continue
+            ident = (life, limit, prio, k)
+            since[ident] = since.get(ident, 0) + 1
+            others.setdefault(ident, set()).add(key)
+            bound = sum(weights.get(j, 1) for j in others[ident])
+            if since[ident] > bound:
+                return [f"limit {limit}: fairness key {k!r} waited through {since[ident]} permits to "
+                        f"{sorted(others[ident])} (bound {bound}, life {life})"]
+        since[(life, limit, prio, key)] = 0
+        others[(life, limit, prio, key)] = set()
+    return []

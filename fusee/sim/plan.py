@@ -89,7 +89,38 @@ class Reset:
     before_step: str
 
 
-Action = Start | Signal | Cancel | Terminate | Update | Query | Complete | Reset
+@dataclasses.dataclass(frozen=True)
+class ObjectCall:
+    """Call ``handler`` of the ``acct`` object for ``key`` with call ID ``call_id`` (resent with it)."""
+
+    key: str
+    handler: Any
+    call_id: str
+    #: The jobs' tracker (``fusee.sim.keyed.Tracker``): what the answers are checked against.
+    tracker: Any = dataclasses.field(compare=False, repr=False)
+
+    @property
+    def id(self) -> str:
+        return f"@acct/{self.key}"
+
+    async def request(self, engine: Any) -> Any:
+        return await engine.call(self.handler, self.key, self.call_id, call_id=self.call_id)
+
+    def observe(self, status: str, value: Any) -> None:
+        if status != "ok":
+            self.tracker.problems.append(f"object call {self.call_id} was answered {status} {value!r}")
+            return
+        self.tracker.calls += 1
+        self.tracker.answers.setdefault(self.call_id, []).append(value)
+        if self.handler.kind == "exclusive":
+            self.tracker.exclusive_keys[self.call_id] = self.key
+
+    def describe(self) -> str:
+        return f"call {self.handler.name} {self.key} ({self.call_id})"
+
+
+
+Action = Start | Signal | Cancel | Terminate | Update | Query | Complete | Reset | ObjectCall
 
 
 @dataclasses.dataclass
@@ -117,3 +148,9 @@ class Plan:
     checks: list[Callable[[Any, Any, bool], list[str]]] = dataclasses.field(default_factory=list)
     #: What the plan still waits for besides the workflows' results (the world settles until none).
     unfinished: Callable[[], list[str]] = lambda: []
+    #: Step limits the engine opens with (``Engine.open(..., limits=...)``).
+    limits: list[Any] = dataclasses.field(default_factory=list)
+    #: Checks of keyed objects and limits, run with the others (after every recovery and at the end).
+    keyed_checks: list[Callable[[], list[str]]] = dataclasses.field(default_factory=list)
+    #: Called with each life's engine and life number once it opened.
+    on_engine_open: list[Callable[[Any, int], None]] = dataclasses.field(default_factory=list)

@@ -76,6 +76,9 @@ class Report:
     #: Acknowledged resets, and signals they delivered again.
     resets: int = 0
     signals_reapplied: int = 0
+    #: Keyed object calls answered, and steps that ran under a step limit.
+    object_calls: int = 0
+    limited_steps: int = 0
     sim_ms: int = 0
 
     def line(self) -> str:
@@ -123,6 +126,8 @@ COVERAGE = (
     "stream_rereads",
     "payloads_encoded",
     "key_rotations",
+    "object_calls",
+    "limited_steps",
 )
 
 

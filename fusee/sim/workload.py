@@ -14,6 +14,7 @@ import random
 from typing import Any
 
 import fusee
+from fusee.sim import keyed
 from fusee.sim.config import SimConfig
 from fusee.sim.plan import Cancel, Complete, Plan, Query, Reset, Signal, Start, Terminate, Update
 from fusee.sim.service import Service, TransientError, stable_hash
@@ -334,6 +335,7 @@ def build(cfg: SimConfig) -> Plan:
         wid, n, t = f"talk-{k}", 3 + tr.randrange(10), tr.randrange(span)
         plan.actions.append((t, Start(wid, talker, n, "talker")))
         streams.plan(wid, n, t)
+    keyed.add_jobs(cfg, plan)
     return plan
 
 

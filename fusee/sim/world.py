@@ -30,7 +30,18 @@ from fusee.sim.checkers import Observed, Outcome, RunView, Snapshot
 from fusee.sim.config import SimConfig
 from fusee.sim.env import SimEnv
 from fusee.sim.loop import SimDeadlock, SimLoop
-from fusee.sim.plan import Action, Cancel, Complete, Plan, Reset, Signal, Start, Terminate, Update
+from fusee.sim.plan import (
+    Action,
+    Cancel,
+    Complete,
+    ObjectCall,
+    Plan,
+    Reset,
+    Signal,
+    Start,
+    Terminate,
+    Update,
+)
 from fusee.sim.report import Report
 from fusee.storage.log import SharedLog
 from fusee.storage.simdisk import SimDisk
@@ -260,8 +271,10 @@ class World:
             try:
                 self.engine = self._drive(
                     fusee.Engine.open(DATA_DIR, workflows=self.plan.workflows, env=env,
-                                      **self._engine_options()),
+                                      limits=self.plan.limits, **self._engine_options()),
                     "recovery")
+                for engine_hook in self.plan.on_engine_open:
+                    engine_hook(self.engine, self.life)
             except SimFailure:
                 raise
             except (errors.StorageError, OSError) as e:
@@ -503,7 +516,7 @@ class World:
         if self.acked[ix]:
             return
         action = self.actions[ix]
-        if not isinstance(action, Start) and action.id not in self.obs.starts:
+        if not isinstance(action, Start | ObjectCall) and action.id not in self.obs.starts:
             # The client only talks to workflows whose start it saw acknowledged.
             self._schedule_action(ix, self.loop.now + 0.005)
             return
@@ -590,6 +603,8 @@ class World:
         return workflow
 
     async def _request(self, engine: Any, action: Action) -> tuple[str, Any]:
+        if isinstance(action, ObjectCall):
+            return ("ok", await action.request(engine))
         if isinstance(action, Start):
             wf = self._resolve(action.workflow)
             # A start sent again after a crash attaches to the run it made.
@@ -697,6 +712,8 @@ class World:
                 self.obs.update_answered(action.id, action.update_id, Outcome(status, value))
                 self.report.updates += status == "ok"
                 self.report.updates_rejected += status == "rejected"
+        elif isinstance(action, ObjectCall):
+            action.observe(status, value)
         elif isinstance(action, (Complete, Reset)):
             pass  # each answer was recorded as it came (see _complete, _reset)
         elif status == "ok":
@@ -742,6 +759,8 @@ class World:
             problems += checkers.check_resumes(svc.resumes, svc.progress)
             if final:
                 problems += checkers.check_step_outcomes(svc.effects, snap, self.crashed_lives)
+        for keyed_check in self.plan.keyed_checks:
+            problems += keyed_check()
         if final:
             self._check_stalls()
         if problems:
@@ -922,6 +941,8 @@ async def _await(aw: Awaitable[Any]) -> Any:
 
 
 def _describe(action: Action) -> str:
+    if isinstance(action, ObjectCall):
+        return action.describe()
     if isinstance(action, Start):
         return f"start {action.id} ({action.kind})"
     if isinstance(action, Signal):
