@@ -35,6 +35,7 @@ from fusee.errors import (
     QueryFailed,
     SerializationError,
     StepFailed,
+    TelemetryUnavailable,
     UnknownWorkflow,
     UpdateFailed,
     WorkflowCancelled,
@@ -47,6 +48,7 @@ from fusee.errors import (
 from fusee.retry import Retry
 from fusee.runtime.context import ChildHandle, Ctx, StepInfo
 from fusee.step import step, step_info
+from fusee.telemetry import Telemetry
 
 __version__ = "0.1.0"
 
@@ -82,6 +84,8 @@ __all__ = [
     "SignalDef",
     "StepFailed",
     "StepInfo",
+    "Telemetry",
+    "TelemetryUnavailable",
     "UnknownWorkflow",
     "UpdateDef",
     "UpdateFailed",

@@ -332,3 +332,14 @@ class RecordedError(FuseeError):
         if traceback:
             text += "\n\nRecorded traceback:\n" + traceback.rstrip()
         super().__init__(text)
+
+
+# --- telemetry ------------------------------------------------------------
+
+
+class TelemetryUnavailable(FuseeError, ImportError):
+    """Telemetry was asked for (``Engine.open(..., telemetry=...)``) but OpenTelemetry is not installed.
+
+    Install the extra (``pip install 'fusee[otel]'``, which brings ``opentelemetry-api``) and
+    configure a tracer or meter provider, or open the engine with ``telemetry=False``.
+    """

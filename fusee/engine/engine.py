@@ -18,11 +18,13 @@ from types import TracebackType
 from typing import Any, Generic, TypeVar, overload
 
 from fusee import codec, journal_file, sabotage
+from fusee import telemetry as telemetry_config
 from fusee.core import journal as jm
 from fusee.core import records as rec
 from fusee.definitions import QueryDef, SignalDef, UpdateDef, WorkflowDef
 from fusee.durations import to_ms
 from fusee.engine import periodic, visibility
+from fusee.engine.traced import traced
 from fusee.engine.visibility import Metrics, RunPage
 from fusee.errors import (
     CompletionFailed,
@@ -179,6 +181,8 @@ class Engine:
     _read_only: bool
     #: Log records the last open read after the checkpoint.
     recovered_records: int
+    #: Spans and metrics (``fusee.otel.OTelTelemetry``), None when telemetry is off.
+    _telemetry: Any
 
     def __init__(self) -> None:
         raise TypeError("use 'await fusee.Engine.open(path, workflows=[...])'")
@@ -205,6 +209,7 @@ class Engine:
         retention: float | None = None,
         read_only: bool = False,
         keep_history: bool = True,
+        telemetry: bool | telemetry_config.Telemetry | None = None,
     ) -> _Opening:
         """Opens (or creates) the engine directory ``path`` and recovers it.
 
@@ -231,6 +236,13 @@ class Engine:
         memory and in checkpoints (the log keeps everything until the next
         checkpoint). Queries of ended runs, and ``reset``/``fork`` of ended
         runs, then raise :class:`fusee.HistoryUnavailable`.
+
+        ``telemetry``: OpenTelemetry spans and metrics (``fusee[otel]``, see
+        docs/telemetry.md). None (default): on only if the application already
+        set a global OpenTelemetry tracer or meter provider; True: on with the
+        global providers; a :class:`fusee.Telemetry`: on with its providers;
+        False: off. Asked for without OpenTelemetry installed, it raises
+        :class:`fusee.TelemetryUnavailable` before anything is opened.
         """
         return _Opening(
             cls._open(
@@ -252,6 +264,7 @@ class Engine:
                 retention=retention,
                 read_only=read_only,
                 keep_history=keep_history,
+                telemetry=telemetry,
             )
         )
 
@@ -277,7 +290,9 @@ class Engine:
         retention: float | None,
         read_only: bool = False,
         keep_history: bool = True,
+        telemetry: bool | telemetry_config.Telemetry | None = None,
     ) -> Engine:
+        tel_config = telemetry_config.resolve(telemetry)
         registry: dict[tuple[str, int], WorkflowDef[Any, Any]] = {}
         for w in workflows:
             if not isinstance(w, WorkflowDef):
@@ -356,6 +371,16 @@ class Engine:
             checkpoint_every=checkpoint_every,
         )
         self._rt.keep_history = bool(keep_history)
+        self._telemetry = None
+        if tel_config is not None and not read_only:
+            from fusee.otel import OTelTelemetry
+
+            self._telemetry = OTelTelemetry(
+                tracer_provider=tel_config.tracer_provider, meter_provider=tel_config.meter_provider,
+                traces=tel_config.traces, metrics=tel_config.metrics, path=dir_path,
+                snapshot=lambda: visibility.metrics(self._rt, self._committer), loop=self._rt.loop,
+            )
+            self._rt.use_telemetry(self._telemetry)  # before recovery: recovered runs get spans too
         try:
             self._load(recovery, f"{log.dir.path}/checkpoint")
             self.recovered_records = len(recovery.records)
@@ -366,6 +391,8 @@ class Engine:
             # A failed open leaves nothing held: the directory can be opened again in-process.
             self._rt.closed = True
             self._rt.timers.close()
+            if self._telemetry is not None:
+                self._telemetry.close()
             log.close()
             if own_env and isinstance(env, RealEnv):
                 env.close()
@@ -542,6 +569,7 @@ class Engine:
         timeout: Duration | None = None,
     ) -> RunHandle[Any]: ...
 
+    @traced("start")
     async def start(
         self,
         workflow: WorkflowDef[Any, Any] | str,
@@ -576,8 +604,10 @@ class Engine:
         if not wdef.takes_input and input is not None:
             raise TypeError(f"workflow '{wdef.name}' takes no input, got {type(input).__name__}")
         payload = codec.encode_input(wdef, input)
+        trace = self._telemetry.start_trace() if self._telemetry is not None else None
         st, lsn, _ = self._rt.start_workflow(
-            wdef, wid, payload, if_running=if_running, if_finished=if_finished, deadline_ms=deadline_ms
+            wdef, wid, payload, if_running=if_running, if_finished=if_finished, deadline_ms=deadline_ms,
+            trace=trace,
         )
         run_id = st.run_id
         await self._durable(st.shard, lsn)
@@ -636,6 +666,7 @@ class Engine:
         wdef = self._rt.definition(st.wtype, st.version)
         return self._rt.raise_for(workflow_id, status, payload, wdef.result_type if wdef else Any)
 
+    @traced("signal")
     async def signal(
         self,
         workflow_id: str,
@@ -703,6 +734,7 @@ class Engine:
                 del order[wid]
         return answer  # type: ignore[no-any-return]
 
+    @traced("update")
     async def update(
         self,
         workflow_id: str,
@@ -742,6 +774,7 @@ class Engine:
         run.offer_update(update.name, uid, payload, fut)
         return codec.retype(await fut, update.result_type)
 
+    @traced("update_with_start")
     async def update_with_start(
         self,
         workflow: WorkflowDef[Any, Any] | str,
@@ -780,6 +813,7 @@ class Engine:
             st, lsn, _ = self._rt.start_workflow(
                 wdef, wid, payload, if_running="attach", if_finished="start", deadline_ms=deadline_ms,
                 update=rec.UpdateWithStart(name=update.name, id=uid, payload=upayload),
+                trace=self._telemetry.start_trace() if self._telemetry is not None else None,
             )
             await self._durable(st.shard, lsn)
         return await self.update(wid, update, arg, update_id=uid)
@@ -869,6 +903,7 @@ class Engine:
 
     # --- async completions -----------------------------------------------------
 
+    @traced("complete")
     async def complete(self, token: str, value: Any = None, *, by: str | None = None) -> bool:
         """Completes the ``ctx.await_completion`` that handed out ``token`` with ``value``.
 
@@ -881,6 +916,7 @@ class Engine:
         """
         return await self._complete_token(token, rec.Status.OK, value, by)
 
+    @traced("fail_completion")
     async def fail_completion(self, token: str, message: str = "", *, by: str | None = None) -> bool:
         """Fails the ``ctx.await_completion`` that handed out ``token``: it raises
         :class:`fusee.CompletionFailed` with ``message`` in the workflow. Returns
@@ -1123,6 +1159,8 @@ class Engine:
                             "they run again at the next open", rt.steps.executing, grace_s)
         self._fail_waiters(None)  # before the runs stop: callers hear "closed", not "ended"
         rt.park_all()
+        if self._telemetry is not None:
+            self._telemetry.close()
         rt.closed = True
         rt.timers.close()
         for st in rt.wf.values():

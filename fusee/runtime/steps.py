@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import inspect
+import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -33,6 +34,9 @@ from fusee.runtime.tokens import make_token
 
 if TYPE_CHECKING:
     from fusee.runtime.host import StepHost
+    from fusee.runtime.telemetry import TelemetryHooks
+
+log = logging.getLogger("fusee")
 
 
 class _Continue:
@@ -93,6 +97,8 @@ class StepRunner:
         self.started: list[tuple[str, int]] | None = None
         #: When a supervised attempt last reported a heartbeat (loop time).
         self._hb_seen: dict[tuple[Run, int], float] = {}
+        #: Spans and metrics of attempts (set by ``Runtime.use_telemetry``); None: off.
+        self.telemetry: TelemetryHooks | None = None
 
     # --- starting ----------------------------------------------------------------
 
@@ -171,6 +177,8 @@ class StepRunner:
     def _begin(self, run: Run, seq: int, task: asyncio.Task[Any] | None) -> None:
         run.executing[seq] = task
         self.executing += 1
+        if self.telemetry is not None:
+            self.telemetry.step_begin(run, seq)
         if self.started is not None:
             self.started.append((run.workflow_id, seq))
 
@@ -179,6 +187,8 @@ class StepRunner:
         if run.executing.pop(seq, ...) is ...:
             return
         self.executing -= 1
+        if self.telemetry is not None:
+            self.telemetry.step_end(run, seq, "abandoned", None)  # unless its outcome came first
         if self._hb_lsn:
             self._hb_next.pop((run, seq), None)
             self._hb_lsn.pop((run, seq), None)
@@ -282,6 +292,8 @@ class StepRunner:
             # The token function returned: its token is out; the run waits for engine.complete.
             r = m.awaiting(seq)
             run.steps.pop(seq, None)
+            if self.telemetry is not None:
+                self.telemetry.step_end(run, seq, "ok", None)
             if r is not None:
                 run.append(r)
                 run.pump()
@@ -297,6 +309,11 @@ class StepRunner:
         """Journals the step's outcome (delivered before any cancel waiting for it), then settles."""
         self.rt.stats["steps"] += 1
         run.steps.pop(seq, None)
+        tel = self.telemetry
+        if tel is not None:
+            name = status.name.lower()
+            tel.step_done(name)
+            tel.step_end(run, seq, name, codec.decode_error(payload).type if status == rec.Status.FAILED else None)
         if run.machine.owns_streams(seq):
             for end in run.machine.stream_ends(seq, status):
                 run.append(end)  # the result completes the step's streams, just before it
@@ -374,6 +391,8 @@ class StepRunner:
                     call.attempt = attempt + 1
                     call.not_before = retry_at
                     self.rt.step_retried(run, call, e, retry_at)
+                    if self.telemetry is not None:
+                        self.telemetry.step_end(run, seq, "retry", type(e).__name__)
                     self._settle(run, seq)
                     continue
                 if retry.pause_when_exhausted and not isinstance(e, retry.non_retryable):
@@ -382,9 +401,13 @@ class StepRunner:
                         call.not_before = rec.PAUSED
                         run.append(r)
                         self.rt.step_retried(run, call, e, rec.PAUSED)
+                        if self.telemetry is not None:
+                            self.telemetry.step_end(run, seq, "paused", type(e).__name__)
                         run.pump()
                     self._settle(run, seq)
                     return
+                log.warning("workflow %r: step %r failed for good at attempt %d (%s: %s)",
+                            run.workflow_id, call.name, attempt, type(e).__name__, e)
                 self._complete(run, seq, rec.Status.FAILED, codec.encode_error(e, traceback=self.rt.tracebacks))
                 return
             self._step_result(run, seq, value)

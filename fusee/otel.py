@@ -1,0 +1,366 @@
+"""OpenTelemetry spans and metrics for an engine (the ``fusee[otel]`` extra).
+
+Imported only when an engine is opened with telemetry on (see
+``fusee.telemetry``): it needs ``opentelemetry-api``, never the SDK (the
+application chooses providers and exporters). Every hook runs on the engine's
+loop; the metrics' observable gauges may be read from an exporter's thread and
+then ask the loop for a snapshot.
+
+Span names, attributes and instruments are listed in ``docs/telemetry.md``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import contextvars
+import threading
+import weakref
+from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any
+
+from opentelemetry import context as otel_context
+from opentelemetry import metrics as otel_metrics
+from opentelemetry import trace
+from opentelemetry.metrics import CallbackOptions, Observation
+from opentelemetry.trace import SpanKind, Status, StatusCode
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+from fusee.errors import FuseeError
+from fusee.runtime.telemetry import decode_trace, encode_trace
+from fusee.runtime.tokens import parse_token
+
+if TYPE_CHECKING:
+    from fusee.engine.visibility import Metrics
+    from fusee.runtime.run import Run
+
+#: The instrumentation scope of every span and instrument.
+SCOPE = "fusee"
+
+_PROPAGATOR = TraceContextTextMapPropagator()
+
+#: Inside a start's span: the trace context its Start record journals.
+_START_TRACE: contextvars.ContextVar[bytes | None] = contextvars.ContextVar("fusee_start_trace", default=None)
+
+#: Outcomes of an attempt that mark its span as an error.
+_ERROR_OUTCOMES = frozenset({"failed", "retry", "paused", "timed_out", "stuck"})
+
+#: How long a gauge read from another thread waits for the engine's loop.
+_SNAPSHOT_TIMEOUT_S = 2.0
+
+
+def _version() -> str:
+    import fusee
+
+    return fusee.__version__
+
+
+def trace_of(ctx: otel_context.Context) -> bytes | None:
+    """The W3C context of ``ctx``'s current span as ``Start.trace`` bytes (None: no valid span)."""
+    carrier: dict[str, str] = {}
+    _PROPAGATOR.inject(carrier, context=ctx)
+    parent = carrier.get("traceparent")
+    if not parent:
+        return None
+    return encode_trace(parent, carrier.get("tracestate"))
+
+
+def context_of(data: bytes | None) -> otel_context.Context:
+    """The context a journaled trace names (an empty one, for a root span, when none is)."""
+    headers = decode_trace(data)
+    if not headers:
+        return otel_context.Context()
+    return _PROPAGATOR.extract(headers, context=otel_context.Context())
+
+
+class _Instruments:
+    """The instruments of one meter provider, shared by every engine that reports to it
+    (an instrument is created once per provider; gauges read every live engine)."""
+
+    def __init__(self, meter_provider: Any) -> None:
+        meter = otel_metrics.get_meter(SCOPE, _version(), meter_provider=meter_provider)
+        self.steps = meter.create_counter(
+            "fusee.steps", unit="{step}", description="Step results journaled, by fusee.step.outcome")
+        self.attempts = meter.create_counter(
+            "fusee.step.attempts", unit="{attempt}",
+            description="Step function executions, by fusee.step.outcome")
+        self.flushes = meter.create_counter(
+            "fusee.flushes", unit="{flush}", description="Group commits (write + fdatasync) completed")
+        self.flush_records = meter.create_counter(
+            "fusee.flush.records", unit="{record}", description="Records made durable by group commits")
+        self.flush_duration = meter.create_histogram(
+            "fusee.flush.duration", unit="s", description="Time of one group commit (write + fdatasync)")
+        self.runs_ended = meter.create_counter(
+            "fusee.runs.ended", unit="{run}", description="Runs that ended, by fusee.run.status")
+        #: Snapshots of every live engine reporting here: engine path -> callable.
+        self.sources: dict[int, tuple[str, Callable[[float], Metrics | None]]] = {}
+        gauges: list[tuple[str, str, str, Callable[[Metrics], Iterable[tuple[int, dict[str, str]]]]]] = [
+            ("fusee.runs", "{run}", "Workflows by fusee.run.status (running, stuck, ok, failed, ...)",
+             lambda m: _by_status(m)),
+            ("fusee.runs.parked", "{run}", "Suspended runs parked out of memory",
+             lambda m: [(sum(s.parked for s in m.shards), {})]),
+            ("fusee.runs.loaded", "{run}", "Running runs whose code is in memory",
+             lambda m: [(sum(s.loaded for s in m.shards), {})]),
+            ("fusee.steps.executing", "{step}", "Step functions running now",
+             lambda m: [(m.steps_executing, {})]),
+            ("fusee.steps.gated", "{step}", "Steps waiting for their run's records to become durable",
+             lambda m: [(m.steps_gated, {})]),
+            ("fusee.timers.pending", "{timer}", "Timers, deadlines and park checks queued",
+             lambda m: [(m.timers_pending, {})]),
+            ("fusee.records.pending", "{record}", "Records appended and not yet flushed",
+             lambda m: [(m.records_pending, {})]),
+        ]
+        for name, unit, description, read in gauges:
+            meter.create_observable_gauge(name, callbacks=[self._callback(read)], unit=unit,
+                                          description=description)
+
+    def _callback(
+        self, read: Callable[[Metrics], Iterable[tuple[int, dict[str, str]]]]
+    ) -> Callable[[CallbackOptions], Iterable[Observation]]:
+        def observe(options: CallbackOptions) -> Iterable[Observation]:
+            timeout = min(_SNAPSHOT_TIMEOUT_S, options.timeout_millis / 1000)
+            out = []
+            for path, snapshot in list(self.sources.values()):
+                m = snapshot(timeout)
+                if m is None:
+                    continue
+                for value, attributes in read(m):
+                    out.append(Observation(value, {"fusee.engine.path": path, **attributes}))
+            return out
+
+        return observe
+
+
+def _by_status(m: Metrics) -> list[tuple[int, dict[str, str]]]:
+    total: dict[str, int] = {}
+    for shard in m.shards:
+        for status, n in shard.runs.items():
+            total[status] = total.get(status, 0) + n
+    return [(n, {"fusee.run.status": status}) for status, n in sorted(total.items())]
+
+
+_instruments: weakref.WeakKeyDictionary[Any, _Instruments] = weakref.WeakKeyDictionary()
+_instruments_lock = threading.Lock()
+
+
+def _instruments_for(meter_provider: Any) -> _Instruments:
+    provider = meter_provider if meter_provider is not None else otel_metrics.get_meter_provider()
+    with _instruments_lock:
+        found = _instruments.get(provider)
+        if found is None:
+            found = _instruments[provider] = _Instruments(provider)
+        return found
+
+
+class OTelTelemetry:
+    """The runtime's telemetry hooks (``fusee.runtime.telemetry.TelemetryHooks``) on OpenTelemetry."""
+
+    def __init__(
+        self,
+        *,
+        tracer_provider: Any,
+        meter_provider: Any,
+        traces: bool,
+        metrics: bool,
+        path: str,
+        snapshot: Callable[[], Metrics],
+        loop: asyncio.AbstractEventLoop,
+    ) -> None:
+        self._tracer = trace.get_tracer(SCOPE, _version(), tracer_provider=tracer_provider) if traces else None
+        self._instruments = _instruments_for(meter_provider) if metrics else None
+        #: Executions begun and not ended: their spans (None when traces are off).
+        self._steps: dict[tuple[Run, int], trace.Span | None] = {}
+        self._path = path
+        self._metrics = snapshot
+        self._loop = loop
+        self._loop_thread = threading.get_ident()
+        self._closed = False
+        if self._instruments is not None:
+            self._instruments.sources[id(self)] = (path, self._snapshot)
+
+    def close(self) -> None:
+        """The engine closed: its gauges stop reporting; attempts still open end as abandoned."""
+        self._closed = True
+        if self._instruments is not None:
+            self._instruments.sources.pop(id(self), None)
+        for span in self._steps.values():
+            if span is not None:
+                span.set_attribute("fusee.step.outcome", "abandoned")
+                span.end()
+        self._steps.clear()
+
+    # --- gauges ----------------------------------------------------------------
+
+    def _snapshot(self, timeout: float) -> Metrics | None:
+        """The engine's ``metrics()``, computed on its loop (the table is the loop's alone)."""
+        if self._closed:
+            return None
+        if threading.get_ident() == self._loop_thread:
+            return self._metrics()
+        if self._loop.is_closed():
+            return None
+        done: concurrent.futures.Future[Metrics] = concurrent.futures.Future()
+
+        def compute() -> None:
+            try:
+                done.set_result(self._metrics())
+            except BaseException as e:  # handed to the exporter's thread, which drops the reading
+                done.set_exception(e)
+
+        try:
+            self._loop.call_soon_threadsafe(compute)
+            return done.result(timeout)
+        except (RuntimeError, concurrent.futures.TimeoutError):
+            return None  # the loop stopped, or is too busy: this collection skips the engine
+
+    # --- client spans -------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def client_span(self, op: str, args: dict[str, Any]) -> Iterator[trace.Span | None]:
+        """The span of a client call (``engine.start``, ``signal``, ``update``, ``complete``...)."""
+        if self._tracer is None:
+            yield None
+            return
+        caller = otel_context.get_current()
+        attributes = _client_attributes(op, args)
+        with self._tracer.start_as_current_span(f"fusee.{op}", kind=SpanKind.CLIENT,
+                                                attributes=attributes) as span:
+            token = None
+            if op in ("start", "update_with_start"):
+                # The caller's context is journaled (runs are children of the caller's
+                # span); with no caller span, this start span's own (one trace per run).
+                journal = trace_of(caller) or trace_of(otel_context.get_current())
+                token = _START_TRACE.set(journal)
+            try:
+                yield span
+            finally:
+                if token is not None:
+                    _START_TRACE.reset(token)
+
+    def client_done(self, span: trace.Span | None, op: str, result: Any) -> None:
+        """What a client call returned, on its span."""
+        if span is None:
+            return
+        run_id = getattr(result, "run_id", None)
+        if isinstance(run_id, int):
+            span.set_attribute("fusee.run.id", run_id)
+        if op in ("complete", "fail_completion") and isinstance(result, bool):
+            span.set_attribute("fusee.completion.accepted", result)
+
+    def start_trace(self) -> bytes | None:
+        """The trace context to journal in a Start record made now (inside a start's span)."""
+        return _START_TRACE.get()
+
+    # --- runs ------------------------------------------------------------------
+
+    def run_begin(self, run: Run, replayed: int) -> Any:
+        if self._tracer is None:
+            return None
+        info = run.machine.info
+        return self._tracer.start_span(
+            "fusee.run",
+            context=context_of(info.trace),
+            kind=SpanKind.INTERNAL,
+            attributes={
+                "fusee.workflow.id": info.id,
+                "fusee.workflow.type": info.wtype,
+                "fusee.workflow.version": info.version,
+                "fusee.run.id": info.run,
+                "fusee.run.replayed_records": replayed,
+            },
+        )
+
+    def run_end(self, run: Run, outcome: str, error: str | None) -> None:
+        span, run.span = run.span, None
+        if span is None:
+            return
+        span.set_attribute("fusee.run.outcome", outcome)
+        if error is not None:
+            span.set_attribute("error.type", error)
+        if outcome in _ERROR_OUTCOMES:
+            span.set_status(Status(StatusCode.ERROR, error or outcome))
+        span.end()
+
+    def run_ended(self, status: str) -> None:
+        if self._instruments is not None:
+            self._instruments.runs_ended.add(1, {"fusee.run.status": status})
+
+    # --- steps -----------------------------------------------------------------
+
+    def step_begin(self, run: Run, seq: int) -> None:
+        if self._tracer is None:
+            self._steps[(run, seq)] = None  # counted when it ends
+            return
+        call = run.steps.get(seq)
+        parent = trace.set_span_in_context(run.span) if run.span is not None else context_of(run.machine.info.trace)
+        self._steps[(run, seq)] = self._tracer.start_span(
+            "fusee.step",
+            context=parent,
+            kind=SpanKind.INTERNAL,
+            attributes={
+                "fusee.workflow.id": run.workflow_id,
+                "fusee.run.id": run.run_id,
+                "fusee.step.name": call.name if call is not None else "",
+                "fusee.step.position": seq,
+                "fusee.step.attempt": call.attempt if call is not None else 0,
+            },
+        )
+
+    def step_end(self, run: Run, seq: int, outcome: str, error: str | None) -> None:
+        key = (run, seq)
+        if key not in self._steps:
+            return  # its outcome was reported already
+        span = self._steps.pop(key)
+        if self._instruments is not None:
+            self._instruments.attempts.add(1, {"fusee.step.outcome": outcome})
+        if span is None:
+            return
+        span.set_attribute("fusee.step.outcome", outcome)
+        if error is not None:
+            span.set_attribute("error.type", error)
+        if outcome in _ERROR_OUTCOMES:
+            span.set_status(Status(StatusCode.ERROR, error or outcome))
+        span.end()
+
+    def step_done(self, status: str) -> None:
+        if self._instruments is not None:
+            self._instruments.steps.add(1, {"fusee.step.outcome": status})
+
+    # --- the log ---------------------------------------------------------------
+
+    def flushed(self, records: int, seconds: float) -> None:
+        ins = self._instruments
+        if ins is not None:
+            ins.flushes.add(1)
+            ins.flush_records.add(records)
+            ins.flush_duration.record(seconds)
+
+
+def _client_attributes(op: str, args: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    wid = args.get("workflow_id")
+    if op in ("complete", "fail_completion"):
+        try:
+            wid, run_id, seq, _ = parse_token(args.get("token"))
+        except (FuseeError, TypeError):
+            wid = None
+        else:
+            out["fusee.run.id"] = run_id
+            out["fusee.step.position"] = seq
+        out["fusee.completion.status"] = "ok" if op == "complete" else "failed"
+    if isinstance(wid, str):
+        out["fusee.workflow.id"] = wid
+    workflow = args.get("workflow")
+    name = workflow if isinstance(workflow, str) else getattr(workflow, "name", None)
+    if isinstance(name, str):
+        out["fusee.workflow.type"] = name
+    for key, what in (("signal", "fusee.signal.name"), ("update", "fusee.update.name")):
+        definition = args.get(key)
+        if definition is not None and isinstance(getattr(definition, "name", None), str):
+            out[what] = definition.name
+    update_id = args.get("update_id")
+    if isinstance(update_id, str):
+        out["fusee.update.id"] = update_id
+    return out
+
