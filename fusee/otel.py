@@ -307,6 +307,15 @@ class OTelTelemetry:
             },
         )
 
+    def enter_step(self, run: Run, seq: int) -> Any:
+        span = self._steps.get((run, seq))
+        if span is None:
+            return None
+        return otel_context.attach(trace.set_span_in_context(span))
+
+    def leave_step(self, entered: Any) -> None:
+        otel_context.detach(entered)
+
     def step_end(self, run: Run, seq: int, outcome: str, error: str | None) -> None:
         key = (run, seq)
         if key not in self._steps:

@@ -221,6 +221,8 @@ class StepRunner:
         args = self._step_args(run, seq, call, call.attempt)
         self._begin(run, seq, None)
         entered = CURRENT_STEP.set(self._info_maker(run, seq, call, call.attempt))
+        # The attempt's span is the function's current trace context (its tasks and thread inherit it).
+        traced = self.telemetry.enter_step(run, seq) if self.telemetry is not None else None
         try:
             if call.is_async:
                 coro = call.fn(*args)
@@ -245,6 +247,8 @@ class StepRunner:
             return
         finally:
             CURRENT_STEP.reset(entered)
+            if traced is not None:
+                self.telemetry.leave_step(traced)  # type: ignore[union-attr]
         self._step_result(run, seq, value)
 
     def _info_maker(self, run: Run, seq: int, call: StepCall, attempt: int) -> Callable[[], StepInfo]:
@@ -441,6 +445,8 @@ class StepRunner:
         args = self._step_args(run, seq, call, attempt)
         # This task's own context: tasks and threads started from here inherit it.
         CURRENT_STEP.set(self._info_maker(run, seq, call, attempt))
+        if self.telemetry is not None:
+            self.telemetry.enter_step(run, seq)  # this task's context: never left, the task ends
         if call.is_async:
             return await self._supervise(run, seq, call, asyncio.ensure_future(fn(*args)), False)
         if self.rt.env.inline_sync_steps:

@@ -57,6 +57,13 @@ class TelemetryHooks(Protocol):
     def step_begin(self, run: Run, seq: int) -> None:
         """An execution (attempt) of step ``seq`` begins."""
 
+    def enter_step(self, run: Run, seq: int) -> Any:
+        """Makes the execution's span the current trace context while its function is called;
+        returns what ``leave_step`` takes back (None: nothing was entered)."""
+
+    def leave_step(self, entered: Any) -> None:
+        """Restores the trace context ``enter_step`` replaced."""
+
     def step_end(self, run: Run, seq: int, outcome: str, error: str | None) -> None:
         """The execution's outcome: ok, failed, cancelled, retry, paused, or abandoned (it
         stopped without one: a cancel or a close came first). A second call does nothing."""
