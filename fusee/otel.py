@@ -16,6 +16,7 @@ import concurrent.futures
 import contextlib
 import contextvars
 import threading
+import time
 import weakref
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
@@ -48,6 +49,8 @@ _ERROR_OUTCOMES = frozenset({"failed", "retry", "paused", "timed_out", "stuck"})
 
 #: How long a gauge read from another thread waits for the engine's loop.
 _SNAPSHOT_TIMEOUT_S = 2.0
+#: How long one snapshot serves gauges (the callbacks of one collection follow each other).
+_SNAPSHOT_REUSE_S = 0.05
 
 
 def _version() -> str:
@@ -74,27 +77,49 @@ def context_of(data: bytes | None) -> otel_context.Context:
     return _PROPAGATOR.extract(headers, context=otel_context.Context())
 
 
+#: Outcomes of an attempt, and statuses a run ends with (counted per engine from the start).
+STEP_OUTCOMES = ("ok", "failed", "cancelled", "retry", "paused", "abandoned")
+RUN_STATUSES = ("ok", "failed", "cancelled", "timed_out", "terminated", "continued")
+
+
+class _Counts:
+    """An engine's counters: plain ints bumped on its loop (an OpenTelemetry ``add`` per step
+    would cost more than the step), reported by observable counters. Every key exists from
+    the start, so a reader on another thread never sees a dict change size."""
+
+    def __init__(self) -> None:
+        self.steps = dict.fromkeys(STEP_OUTCOMES[:3], 0)
+        self.attempts = dict.fromkeys(STEP_OUTCOMES, 0)
+        self.runs_ended = dict.fromkeys(RUN_STATUSES, 0)
+        self.flushes = 0
+        self.flush_records = 0
+
+
 class _Instruments:
     """The instruments of one meter provider, shared by every engine that reports to it
-    (an instrument is created once per provider; gauges read every live engine)."""
+    (an instrument is created once per provider; its callbacks read every live engine)."""
 
     def __init__(self, meter_provider: Any) -> None:
         meter = otel_metrics.get_meter(SCOPE, _version(), meter_provider=meter_provider)
-        self.steps = meter.create_counter(
-            "fusee.steps", unit="{step}", description="Step results journaled, by fusee.step.outcome")
-        self.attempts = meter.create_counter(
-            "fusee.step.attempts", unit="{attempt}",
-            description="Step function executions, by fusee.step.outcome")
-        self.flushes = meter.create_counter(
-            "fusee.flushes", unit="{flush}", description="Group commits (write + fdatasync) completed")
-        self.flush_records = meter.create_counter(
-            "fusee.flush.records", unit="{record}", description="Records made durable by group commits")
+        #: Every live engine reporting here.
+        self.sources: dict[int, OTelTelemetry] = {}
+        counters: list[tuple[str, str, str, Callable[[_Counts], Iterable[tuple[int, dict[str, str]]]]]] = [
+            ("fusee.steps", "{step}", "Step results journaled, by fusee.step.outcome (ok, failed, cancelled)",
+             lambda c: [(n, {"fusee.step.outcome": k}) for k, n in list(c.steps.items())]),
+            ("fusee.step.attempts", "{attempt}", "Step function executions, by fusee.step.outcome",
+             lambda c: [(n, {"fusee.step.outcome": k}) for k, n in list(c.attempts.items())]),
+            ("fusee.runs.ended", "{run}", "Runs that ended, by fusee.run.status",
+             lambda c: [(n, {"fusee.run.status": k}) for k, n in list(c.runs_ended.items())]),
+            ("fusee.flushes", "{flush}", "Group commits (write + fdatasync) completed",
+             lambda c: [(c.flushes, {})]),
+            ("fusee.flush.records", "{record}", "Records made durable by group commits",
+             lambda c: [(c.flush_records, {})]),
+        ]
+        for name, unit, description, count in counters:
+            meter.create_observable_counter(name, callbacks=[self._counter(count)], unit=unit,
+                                            description=description)
         self.flush_duration = meter.create_histogram(
             "fusee.flush.duration", unit="s", description="Time of one group commit (write + fdatasync)")
-        self.runs_ended = meter.create_counter(
-            "fusee.runs.ended", unit="{run}", description="Runs that ended, by fusee.run.status")
-        #: Snapshots of every live engine reporting here: engine path -> callable.
-        self.sources: dict[int, tuple[str, Callable[[float], Metrics | None]]] = {}
         gauges: list[tuple[str, str, str, Callable[[Metrics], Iterable[tuple[int, dict[str, str]]]]]] = [
             ("fusee.runs", "{run}", "Workflows by fusee.run.status (running, stuck, ok, failed, ...)",
              lambda m: _by_status(m)),
@@ -112,21 +137,33 @@ class _Instruments:
              lambda m: [(m.records_pending, {})]),
         ]
         for name, unit, description, read in gauges:
-            meter.create_observable_gauge(name, callbacks=[self._callback(read)], unit=unit,
+            meter.create_observable_gauge(name, callbacks=[self._gauge(read)], unit=unit,
                                           description=description)
 
-    def _callback(
+    def _counter(
+        self, count: Callable[[_Counts], Iterable[tuple[int, dict[str, str]]]]
+    ) -> Callable[[CallbackOptions], Iterable[Observation]]:
+        def observe(options: CallbackOptions) -> Iterable[Observation]:
+            return [
+                Observation(value, {"fusee.engine.path": source.path, **attributes})
+                for source in list(self.sources.values())
+                for value, attributes in count(source.counts)
+            ]
+
+        return observe
+
+    def _gauge(
         self, read: Callable[[Metrics], Iterable[tuple[int, dict[str, str]]]]
     ) -> Callable[[CallbackOptions], Iterable[Observation]]:
         def observe(options: CallbackOptions) -> Iterable[Observation]:
             timeout = min(_SNAPSHOT_TIMEOUT_S, options.timeout_millis / 1000)
             out = []
-            for path, snapshot in list(self.sources.values()):
-                m = snapshot(timeout)
+            for source in list(self.sources.values()):
+                m = source.snapshot(timeout)
                 if m is None:
                     continue
                 for value, attributes in read(m):
-                    out.append(Observation(value, {"fusee.engine.path": path, **attributes}))
+                    out.append(Observation(value, {"fusee.engine.path": source.path, **attributes}))
             return out
 
         return observe
@@ -171,13 +208,16 @@ class OTelTelemetry:
         self._instruments = _instruments_for(meter_provider) if metrics else None
         #: Executions begun and not ended: their spans (None when traces are off).
         self._steps: dict[tuple[Run, int], trace.Span | None] = {}
-        self._path = path
+        self.path = path
+        self.counts = _Counts()
         self._metrics = snapshot
+        #: The latest snapshot and when it was taken: one collection reads several gauges.
+        self._cached: tuple[float, Metrics] | None = None
         self._loop = loop
         self._loop_thread = threading.get_ident()
         self._closed = False
         if self._instruments is not None:
-            self._instruments.sources[id(self)] = (path, self._snapshot)
+            self._instruments.sources[id(self)] = self
 
     def close(self) -> None:
         """The engine closed: its gauges stop reporting; attempts still open end as abandoned."""
@@ -192,10 +232,23 @@ class OTelTelemetry:
 
     # --- gauges ----------------------------------------------------------------
 
-    def _snapshot(self, timeout: float) -> Metrics | None:
-        """The engine's ``metrics()``, computed on its loop (the table is the loop's alone)."""
+    def snapshot(self, timeout: float) -> Metrics | None:
+        """The engine's ``metrics()``, computed on its loop (the table is the loop's alone);
+        None when the engine closed or its loop did not answer within ``timeout`` seconds.
+
+        One computation serves the gauges of one collection (it walks every workflow).
+        """
         if self._closed:
             return None
+        cached = self._cached
+        if cached is not None and time.monotonic() - cached[0] < _SNAPSHOT_REUSE_S:
+            return cached[1]
+        m = self._compute(timeout)
+        if m is not None:
+            self._cached = (time.monotonic(), m)
+        return m
+
+    def _compute(self, timeout: float) -> Metrics | None:
         if threading.get_ident() == self._loop_thread:
             return self._metrics()
         if self._loop.is_closed():
@@ -283,8 +336,9 @@ class OTelTelemetry:
         span.end()
 
     def run_ended(self, status: str) -> None:
-        if self._instruments is not None:
-            self._instruments.runs_ended.add(1, {"fusee.run.status": status})
+        ended = self.counts.runs_ended
+        if status in ended:
+            ended[status] += 1
 
     # --- steps -----------------------------------------------------------------
 
@@ -321,8 +375,9 @@ class OTelTelemetry:
         if key not in self._steps:
             return  # its outcome was reported already
         span = self._steps.pop(key)
-        if self._instruments is not None:
-            self._instruments.attempts.add(1, {"fusee.step.outcome": outcome})
+        attempts = self.counts.attempts
+        if outcome in attempts:
+            attempts[outcome] += 1
         if span is None:
             return
         span.set_attribute("fusee.step.outcome", outcome)
@@ -333,17 +388,18 @@ class OTelTelemetry:
         span.end()
 
     def step_done(self, status: str) -> None:
-        if self._instruments is not None:
-            self._instruments.steps.add(1, {"fusee.step.outcome": status})
+        steps = self.counts.steps
+        if status in steps:
+            steps[status] += 1
 
     # --- the log ---------------------------------------------------------------
 
     def flushed(self, records: int, seconds: float) -> None:
-        ins = self._instruments
-        if ins is not None:
-            ins.flushes.add(1)
-            ins.flush_records.add(records)
-            ins.flush_duration.record(seconds)
+        counts = self.counts
+        counts.flushes += 1
+        counts.flush_records += records
+        if self._instruments is not None:
+            self._instruments.flush_duration.record(seconds)
 
 
 def _client_attributes(op: str, args: dict[str, Any]) -> dict[str, Any]:
