@@ -28,6 +28,7 @@ from opentelemetry.metrics import CallbackOptions, Observation
 from opentelemetry.trace import SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
+from fusee import sabotage
 from fusee.errors import FuseeError
 from fusee.runtime.telemetry import decode_trace, encode_trace
 from fusee.runtime.tokens import parse_token
@@ -276,20 +277,32 @@ class OTelTelemetry:
             yield None
             return
         caller = otel_context.get_current()
-        attributes = _client_attributes(op, args)
-        with self._tracer.start_as_current_span(f"fusee.{op}", kind=SpanKind.CLIENT,
-                                                attributes=attributes) as span:
-            token = None
-            if op in ("start", "update_with_start"):
-                # The caller's context is journaled (runs are children of the caller's
-                # span); with no caller span, this start span's own (one trace per run).
-                journal = trace_of(caller) or trace_of(otel_context.get_current())
-                token = _START_TRACE.set(journal)
-            try:
-                yield span
-            finally:
-                if token is not None:
-                    _START_TRACE.reset(token)
+        span = self._tracer.start_span(f"fusee.{op}", kind=SpanKind.CLIENT,
+                                       attributes=_client_attributes(op, args))
+        entered = otel_context.attach(trace.set_span_in_context(span))
+        start_token = None
+        if op in ("start", "update_with_start"):
+            # The caller's context is journaled (runs are children of the caller's
+            # span); with no caller span, this start span's own (one trace per run).
+            start_token = _START_TRACE.set(trace_of(caller) or trace_of(otel_context.get_current()))
+        abandoned = False
+        try:
+            yield span
+        except GeneratorExit:
+            # The call's coroutine was closed from outside its task (it was never
+            # finished): the context it ran in is gone, there is nothing to restore.
+            abandoned = True
+            raise
+        except Exception as e:
+            span.record_exception(e)
+            span.set_status(Status(StatusCode.ERROR, f"{type(e).__name__}: {e}"))
+            raise
+        finally:
+            span.end()
+            if not abandoned:
+                if start_token is not None:
+                    _START_TRACE.reset(start_token)
+                otel_context.detach(entered)
 
     def client_done(self, span: trace.Span | None, op: str, result: Any) -> None:
         """What a client call returned, on its span."""
@@ -311,9 +324,10 @@ class OTelTelemetry:
         if self._tracer is None:
             return None
         info = run.machine.info
+        journaled = None if sabotage.active.lose_trace_on_replay and replayed else info.trace
         return self._tracer.start_span(
             "fusee.run",
-            context=context_of(info.trace),
+            context=context_of(journaled),
             kind=SpanKind.INTERNAL,
             attributes={
                 "fusee.workflow.id": info.id,

@@ -35,6 +35,9 @@ class Sabotage:
     resume_unreported_progress: bool = False
     #: ``reset`` delivers the signals that arrived after the cut twice.
     reapply_signal_twice: bool = False
+    #: A run replayed (after a crash, or woken from parking) starts a new trace instead of
+    #: continuing the one journaled in its Start record.
+    lose_trace_on_replay: bool = False
 
 
 #: The switches in force. Engine code reads them; only tests write them.

@@ -76,6 +76,9 @@ class SimConfig:
     close_every_ms: int = 0
     #: ``Engine.close(grace=...)`` in virtual ms.
     close_grace_ms: int = 1_000
+    #: The engine reports spans to the simulator's tracer (``fusee.sim.tracing``),
+    #: when OpenTelemetry's API is installed.
+    telemetry: bool = False
     #: Relative weight of each job kind in the built-in workload.
     mix: dict[str, int] = dataclasses.field(default_factory=lambda: dict.fromkeys(JOB_KINDS, 1))
 
@@ -119,6 +122,7 @@ class SimConfig:
             # Long enough for any step function to finish (they hold a slot at most max_step_ms).
             close_grace_ms=int(max_step_ms) + 50 + s.randrange(200),
             mix=mix,
+            telemetry=random.Random(f"telemetry-{seed}").randrange(3) == 0,
         )
 
     def describe(self) -> str:
@@ -133,6 +137,7 @@ class SimConfig:
             f"checkpoint_every={self.checkpoint_every} segment_bytes={self.segment_bytes} blob_threshold={self.blob_threshold} "
             f"step_slots={self.step_slots} max_step_ms={self.max_step_ms} sync_steps={self.sync_steps_per_mille}/1000 "
             f"close_every_ms={self.close_every_ms} close_grace_ms={self.close_grace_ms} mix={mix}"
+            + (" telemetry=on" if self.telemetry else "")
         )
 
     @property

@@ -492,3 +492,14 @@ async def test_operators_log_lines(caplog: pytest.LogCaptureFixture, tmp_path: P
         pass
     opened = [r.getMessage() for r in caplog.records if "opened" in r.getMessage()]
     assert len(opened) == 1 and "2 workflows" in opened[0]
+
+
+async def test_a_failed_flush_is_logged_as_an_error(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="fusee")
+    engine = await fusee.Engine.open(workflows=[talk])
+    engine._log.storage.fail_next_fdatasync()
+    with pytest.raises(fusee.EngineClosed):
+        await engine.start(talk, "t-1")
+    await engine.close()
+    errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    assert any(m.startswith("the log failed; nothing more is acknowledged") for m in errors), errors
