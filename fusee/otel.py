@@ -102,7 +102,8 @@ class _Instruments:
 
     def __init__(self, meter_provider: Any) -> None:
         meter = otel_metrics.get_meter(SCOPE, _version(), meter_provider=meter_provider)
-        #: Every live engine reporting here.
+        #: Every live engine reporting here (replaced, never changed in place: readers on
+        #: other threads iterate it without a lock).
         self.sources: dict[int, OTelTelemetry] = {}
         counters: list[tuple[str, str, str, Callable[[_Counts], Iterable[tuple[int, dict[str, str]]]]]] = [
             ("fusee.steps", "{step}", "Step results journaled, by fusee.step.outcome (ok, failed, cancelled)",
@@ -218,13 +219,16 @@ class OTelTelemetry:
         self._loop_thread = threading.get_ident()
         self._closed = False
         if self._instruments is not None:
-            self._instruments.sources[id(self)] = self
+            with _instruments_lock:  # a collection on another thread copies the sources
+                self._instruments.sources = {**self._instruments.sources, id(self): self}
 
     def close(self) -> None:
         """The engine closed: its gauges stop reporting; attempts still open end as abandoned."""
         self._closed = True
         if self._instruments is not None:
-            self._instruments.sources.pop(id(self), None)
+            with _instruments_lock:
+                self._instruments.sources = {
+                    k: v for k, v in self._instruments.sources.items() if k != id(self)}
         for span in self._steps.values():
             if span is not None:
                 span.set_attribute("fusee.step.outcome", "abandoned")

@@ -293,6 +293,7 @@ class Engine:
         telemetry: bool | telemetry_config.Telemetry | None = None,
     ) -> Engine:
         tel_config = telemetry_config.resolve(telemetry)
+        opened_at = asyncio.get_running_loop().time()  # for the recovery line of the log
         registry: dict[tuple[str, int], WorkflowDef[Any, Any]] = {}
         for w in workflows:
             if not isinstance(w, WorkflowDef):
@@ -407,8 +408,10 @@ class Engine:
 
         log.on_checkpoint_due = checkpoint_soon
         logger.info(
-            "opened %s: %d records read after the checkpoint; %d workflows, %d loaded, %d stuck",
-            dir_path, self.recovered_records, len(rt.wf), rt.loaded_runs, len(rt.stuck),
+            "opened %s in %.3f s: %d records read after the checkpoint; %d workflows, %d loaded "
+            "(%d replayed), %d stuck",
+            dir_path, rt.loop.time() - opened_at, self.recovered_records, len(rt.wf), rt.loaded_runs,
+            rt.stats["replays"], len(rt.stuck),
         )
         if interval is not None and not read_only:
             periodic.every(rt.loop, interval, self._periodic_checkpoint, self._wake_on_append)
