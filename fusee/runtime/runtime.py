@@ -669,6 +669,8 @@ class Runtime:
             by=by,
         )
         if run is not None:
+            if run.span is not None and self.telemetry is not None:
+                self.telemetry.run_end(run, status.name.lower(), None)  # not "suspended", as kill says
             run.kill()
             run.finished = True
             lsn = run.append(done)

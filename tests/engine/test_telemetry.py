@@ -264,6 +264,16 @@ async def test_signal_update_and_completion_spans(otel: Otel) -> None:
     assert otel.one("fusee.step", **{"fusee.step.name": "approval"}).attributes["fusee.step.outcome"] == "ok"  # type: ignore[index]
 
 
+async def test_a_terminated_runs_span_says_so(otel: Otel) -> None:
+    async with fusee.Engine.open(workflows=[talk], telemetry=otel.config) as engine:
+        h = await engine.start(talk, "t-1")
+        await engine.terminate("t-1", "no longer needed")
+        with pytest.raises(fusee.WorkflowTerminated):
+            await h.result()
+        assert otel.value("fusee.runs.ended", **{"fusee.run.status": "terminated"}) == 1
+    assert otel.one("fusee.run").attributes["fusee.run.outcome"] == "terminated"  # type: ignore[index]
+
+
 async def test_a_failed_client_call_records_its_error(otel: Otel) -> None:
     async with fusee.Engine.open(workflows=[job], telemetry=otel.config) as engine:
         with pytest.raises(fusee.NotFound):
