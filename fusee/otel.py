@@ -25,7 +25,7 @@ from opentelemetry import context as otel_context
 from opentelemetry import metrics as otel_metrics
 from opentelemetry import trace
 from opentelemetry.metrics import CallbackOptions, Observation
-from opentelemetry.trace import SpanKind, Status, StatusCode
+from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from fusee import sabotage
@@ -205,6 +205,7 @@ class OTelTelemetry:
         path: str,
         snapshot: Callable[[], Metrics],
         loop: asyncio.AbstractEventLoop,
+        trace_of: Callable[[str], bytes | None],
     ) -> None:
         self._tracer = trace.get_tracer(SCOPE, _version(), tracer_provider=tracer_provider) if traces else None
         self._instruments = _instruments_for(meter_provider) if metrics else None
@@ -213,6 +214,8 @@ class OTelTelemetry:
         self.path = path
         self.counts = _Counts()
         self._metrics = snapshot
+        #: A workflow's journaled trace context (signals, updates and completions link to it).
+        self._trace_of = trace_of
         #: The latest snapshot and when it was taken: one collection reads several gauges.
         self._cached: tuple[float, Metrics] | None = None
         self._loop = loop
@@ -281,8 +284,9 @@ class OTelTelemetry:
             yield None
             return
         caller = otel_context.get_current()
-        span = self._tracer.start_span(f"fusee.{op}", kind=SpanKind.CLIENT,
-                                       attributes=_client_attributes(op, args))
+        attributes = _client_attributes(op, args)
+        span = self._tracer.start_span(f"fusee.{op}", kind=SpanKind.CLIENT, attributes=attributes,
+                                       links=self._run_link(op, attributes.get("fusee.workflow.id")))
         entered = otel_context.attach(trace.set_span_in_context(span))
         start_token = None
         if op in ("start", "update_with_start"):
@@ -307,6 +311,17 @@ class OTelTelemetry:
                 if start_token is not None:
                     _START_TRACE.reset(start_token)
                 otel_context.detach(entered)
+
+    def _run_link(self, op: str, wid: Any) -> list[Link]:
+        """A call to a run links to the trace the run belongs to (often another one than the caller's)."""
+        if op in ("start", "update_with_start") or not isinstance(wid, str):
+            return []
+        try:
+            journaled = self._trace_of(wid)
+        except FuseeError:
+            return []  # a journal that does not read: the call itself will say so
+        target = trace.get_current_span(context_of(journaled)).get_span_context()
+        return [Link(target)] if target.is_valid else []
 
     def client_done(self, span: trace.Span | None, op: str, result: Any) -> None:
         """What a client call returned, on its span."""

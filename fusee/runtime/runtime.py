@@ -562,7 +562,7 @@ class Runtime:
                 self._child_finished(ref, rec.Status.FAILED, err)
                 return
             self.start_workflow(wdef, child.id, child.input, parent=ref, policy=child.flags,
-                                trace=self._trace_of(ref.id))
+                                trace=self.trace_of(ref.id))
             parent = self.wf.get(ref.id)
             if parent is not None and (parent.run_id != ref.run or parent.final):
                 # The parent ended while the start was on its way: the policy applies now.
@@ -580,7 +580,7 @@ class Runtime:
         if st.final and st.status is not None and not detached:
             self._child_finished(ref, st.status, st.payload)
 
-    def _trace_of(self, wid: str) -> bytes | None:
+    def trace_of(self, wid: str) -> bytes | None:
         """The trace context journaled in ``wid``'s current Start (a child joins its parent's trace)."""
         st = self.wf.get(wid)
         if st is None:

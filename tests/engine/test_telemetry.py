@@ -238,7 +238,8 @@ async def test_a_step_functions_spans_are_children_of_its_attempt(otel: Otel) ->
 
 async def test_signal_update_and_completion_spans(otel: Otel) -> None:
     async with fusee.Engine.open(workflows=[talk], telemetry=otel.config) as engine:
-        h = await engine.start(talk, "t-1")
+        with otel.tracer.start_as_current_span("caller") as caller:
+            h = await engine.start(talk, "t-1")
         with otel.tracer.start_as_current_span("operator") as operator:
             assert await engine.update("t-1", bump, 5, update_id="u-1") == 5
             await engine.signal("t-1", go, 10)
@@ -260,6 +261,10 @@ async def test_signal_update_and_completion_spans(otel: Otel) -> None:
     assert first.attributes["fusee.completion.status"] == "ok"  # type: ignore[index]
     assert first.attributes["fusee.completion.accepted"] is True  # type: ignore[index]
     assert second.attributes["fusee.completion.accepted"] is False  # type: ignore[index]
+    # Each call links to the run's trace (the caller's span its start was made under).
+    for span in (update, sig, first, second):
+        assert [(link.context.trace_id, link.context.span_id) for link in span.links] == [
+            (caller.get_span_context().trace_id, caller.get_span_context().span_id)]
     # The token function's attempt is a step span too.
     assert otel.one("fusee.step", **{"fusee.step.name": "approval"}).attributes["fusee.step.outcome"] == "ok"  # type: ignore[index]
 
