@@ -1,8 +1,8 @@
 """Client spans around the engine's calls, when telemetry is on.
 
 ``@traced("signal")`` on an ``Engine`` method: with the engine's telemetry
-off (``engine._telemetry is None``) the call goes straight through; on, it
-runs inside a client span named ``fusee.signal`` whose attributes come from
+off (``engine._telemetry is None``) the call goes straight to the method; on,
+it runs inside a client span named ``fusee.signal`` whose attributes come from
 the call's arguments (see ``fusee.otel``).
 """
 
@@ -22,16 +22,20 @@ def traced(op: str) -> Callable[[F], F]:
     def wrap(fn: F) -> F:
         signature = inspect.signature(fn)
 
-        @functools.wraps(fn)
-        async def call(self: Any, /, *args: Any, **kwargs: Any) -> Any:
-            tel = self._telemetry
-            if tel is None:
-                return await fn(self, *args, **kwargs)
+        async def in_span(self: Any, tel: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
             arguments = signature.bind_partial(self, *args, **kwargs).arguments
             with tel.client_span(op, arguments) as span:
                 result = await fn(self, *args, **kwargs)
                 tel.client_done(span, op, result)
                 return result
+
+        @functools.wraps(fn)
+        async def call(self: Any, /, *args: Any, **kwargs: Any) -> Any:
+            # A coroutine function still (``inspect.iscoroutinefunction`` holds for the API).
+            tel = self._telemetry
+            if tel is None:
+                return await fn(self, *args, **kwargs)
+            return await in_span(self, tel, args, kwargs)
 
         return cast(F, call)
 

@@ -438,6 +438,9 @@ class Runtime:
 
     def _report_end(self, st: WorkflowState, status: rec.Status, payload: bytes, run: Run | None) -> None:
         """Logs how a run ended (a failure at WARNING) and reports it to telemetry."""
+        tel = self.telemetry
+        if tel is None and (status == rec.Status.OK or status == rec.Status.CONTINUED):
+            return  # the common case: nothing to say
         name = status.name.lower()
         error = None
         if status == rec.Status.FAILED:
@@ -446,7 +449,6 @@ class Runtime:
             log.warning("workflow %r: run %d failed: %s: %s", st.id, st.run_id, info.type, info.message)
         elif status != rec.Status.OK and status != rec.Status.CONTINUED:
             log.info("workflow %r: run %d ended %s", st.id, st.run_id, name)
-        tel = self.telemetry
         if tel is not None:
             tel.run_ended(name)
             if run is not None and run.span is not None:
