@@ -250,6 +250,10 @@ ROWS: list[tuple[str, str, str, str, bool]] = [
     ("limits", "permits_per_s", "limits: permits/s (limit 10, 10,000 waiting)", "n", True),
     ("limits", "cpu_us_per_permit", "limits: CPU per permit", "us", False),
     ("limits", "bytes_per_waiting_step", "limits: memory per waiting step", "bytes", False),
+    ("telemetry", "baseline_cpu_us_per_step", "fan-out CPU per step, code before the telemetry hooks",
+     "us", False),
+    ("telemetry", "off_cpu_us_per_step", "fan-out CPU per step, telemetry off", "us", False),
+    ("telemetry", "on_cpu_us_per_step", "fan-out CPU per step, OpenTelemetry SDK on", "us", False),
 ]
 
 
@@ -267,6 +271,7 @@ def targets(results: dict[str, dict[str, Any]]) -> list[tuple[str, str, bool | N
     runs = _get(results, "fusee", "scale", "count")
     list_p99 = _get(results, "fusee", "list", "list_p99_us")
     list_runs = _get(results, "fusee", "list", "count")
+    telemetry_off = _get(results, "fusee", "telemetry", "off_vs_baseline")
 
     out: list[tuple[str, str, bool | None]] = []
 
@@ -309,6 +314,9 @@ def targets(results: dict[str, dict[str, Any]]) -> list[tuple[str, str, bool | N
             list_p99 <= 50_000 if list_runs >= 1_000_000 else None)
     else:
         add("list: selective attribute filter at 1,000,000 runs ≤ 50 ms", "not measured", None)
+    add("telemetry off: CPU per step ≤ 1.02 × the code before its hooks",
+        f"{telemetry_off:.3f} ×" if telemetry_off is not None else "not measured",
+        None if telemetry_off is None else telemetry_off <= 1.02)
     return out
 
 
@@ -575,6 +583,10 @@ def _run_everything(args: argparse.Namespace, session: Path, size_flags: list[st
                 [sys.executable, str(here / "workloads_fusee.py"), workload, *quick, *size_flags,
                  f"--engine-opt=flush={mode}"], f"fusee {workload} flush={mode}", args.timeout)],
                 workload)
+
+    # Telemetry's cost: CPU per step off (vs the code before its hooks) and on.
+    collect("fusee", run_script([sys.executable, str(here / "telemetry_cost.py"), "--json", *quick],
+                                "fusee telemetry", args.timeout), "telemetry")
 
     have_dbos = not args.no_dbos and ensure_dbos_venv()
     dbos_cmd = [str(DBOS_PY), str(here / "workloads_dbos.py"), "--workloads", args.dbos,

@@ -42,6 +42,7 @@ from fusee.errors import (
     QueryFailed,
     SerializationError,
     StepFailed,
+    TelemetryUnavailable,
     UnknownLimit,
     UnknownWorkflow,
     UpdateFailed,
@@ -57,6 +58,7 @@ from fusee.objects import Handler, ObjectCtx, ObjectDef, ObjectState, object
 from fusee.retry import Retry
 from fusee.runtime.context import ChildHandle, Ctx, StepInfo
 from fusee.step import step, step_info
+from fusee.telemetry import Telemetry
 
 __version__ = "0.1.0"
 
@@ -106,6 +108,8 @@ __all__ = [
     "SignalDef",
     "StepFailed",
     "StepInfo",
+    "Telemetry",
+    "TelemetryUnavailable",
     "UnknownLimit",
     "UnknownWorkflow",
     "UpdateDef",

@@ -413,3 +413,12 @@ class ObjectCallFailed(FuseeError):
         self.type_name = type_name
         self.error_message = error_message
         super().__init__(message)
+# --- telemetry ------------------------------------------------------------
+
+
+class TelemetryUnavailable(FuseeError, ImportError):
+    """Telemetry was asked for (``Engine.open(..., telemetry=...)``) but OpenTelemetry is not installed.
+
+    Install the extra (``pip install 'fusee[otel]'``, which brings ``opentelemetry-api``) and
+    configure a tracer or meter provider, or open the engine with ``telemetry=False``.
+    """

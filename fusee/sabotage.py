@@ -50,6 +50,9 @@ class Sabotage:
     limit_uncounted_after_recovery: bool = False
     #: A fairness key keeps its turn until its waiters run out (no round robin).
     limit_unfair: bool = False
+    #: A run replayed (after a crash, or woken from parking) starts a new trace instead of
+    #: continuing the one journaled in its Start record.
+    lose_trace_on_replay: bool = False
 
 
 #: The switches in force. Engine code reads them; only tests write them.

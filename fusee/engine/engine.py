@@ -18,6 +18,7 @@ from types import TracebackType
 from typing import Any, Generic, TypeVar, overload
 
 from fusee import codec, journal_file, sabotage
+from fusee import telemetry as telemetry_config
 from fusee.core import journal as jm
 from fusee.core import records as rec
 from fusee.definitions import QueryDef, SignalDef, UpdateDef, WorkflowDef
@@ -26,6 +27,7 @@ from fusee.encryption import Codec, check_codec
 from fusee.engine import periodic, visibility
 from fusee.engine.limit_api import LimitCalls
 from fusee.engine.object_api import ObjectCalls
+from fusee.engine.traced import traced
 from fusee.engine.visibility import Metrics, RunPage
 from fusee.errors import (
     CodecError,
@@ -186,6 +188,8 @@ class Engine(ObjectCalls, LimitCalls):
     _read_only: bool
     #: Log records the last open read after the checkpoint.
     recovered_records: int
+    #: Spans and metrics (``fusee.otel.OTelTelemetry``), None when telemetry is off.
+    _telemetry: Any
 
     def __init__(self) -> None:
         raise TypeError("use 'await fusee.Engine.open(path, workflows=[...])'")
@@ -215,6 +219,7 @@ class Engine(ObjectCalls, LimitCalls):
         keep_history: bool = True,
         codec: Codec | None = None,
         limits: Iterable[Limit] = (),
+        telemetry: bool | telemetry_config.Telemetry | None = None,
     ) -> _Opening:
         """Opens (or creates) the engine directory ``path`` and recovers it.
 
@@ -253,6 +258,12 @@ class Engine(ObjectCalls, LimitCalls):
         stay readable. A directory written without a codec opens with one (old
         records stay readable); a payload whose key the codec lacks raises
         :class:`fusee.errors.MissingKey` naming the key ID.
+        ``telemetry``: OpenTelemetry spans and metrics (``fusee[otel]``, see
+        docs/telemetry.md). None (default): on only if the application already
+        set a global OpenTelemetry tracer or meter provider; True: on with the
+        global providers; a :class:`fusee.Telemetry`: on with its providers;
+        False: off. Asked for without OpenTelemetry installed, it raises
+        :class:`fusee.TelemetryUnavailable` before anything is opened.
         """
         return _Opening(
             cls._open(
@@ -277,6 +288,7 @@ class Engine(ObjectCalls, LimitCalls):
                 keep_history=keep_history,
                 codec=codec,
                 limits=limits,
+                telemetry=telemetry,
             )
         )
 
@@ -305,7 +317,10 @@ class Engine(ObjectCalls, LimitCalls):
         keep_history: bool = True,
         codec: Codec | None = None,
         limits: Iterable[Limit] = (),
+        telemetry: bool | telemetry_config.Telemetry | None = None,
     ) -> Engine:
+        tel_config = telemetry_config.resolve(telemetry)
+        opened_at = asyncio.get_running_loop().time()  # for the recovery line of the log
         registry: dict[tuple[str, int], WorkflowDef[Any, Any]] = {}
         for w in workflows:
             if isinstance(w, ObjectDef):
@@ -395,6 +410,17 @@ class Engine(ObjectCalls, LimitCalls):
             codec=codec,
         )
         self._rt.keep_history = bool(keep_history)
+        self._telemetry = None
+        if tel_config is not None and not read_only:
+            from fusee.otel import OTelTelemetry
+
+            self._telemetry = OTelTelemetry(
+                tracer_provider=tel_config.tracer_provider, meter_provider=tel_config.meter_provider,
+                traces=tel_config.traces, metrics=tel_config.metrics, path=dir_path,
+                snapshot=lambda: visibility.metrics(self._rt, self._committer), loop=self._rt.loop,
+                trace_of=self._rt.trace_of,
+            )
+            self._rt.use_telemetry(self._telemetry)  # before recovery: recovered runs get spans too
         try:
             self._rt.limiter.configure(limits)
             self._load(recovery, f"{log.dir.path}/checkpoint")
@@ -408,6 +434,8 @@ class Engine(ObjectCalls, LimitCalls):
             # A failed open leaves nothing held: the directory can be opened again in-process.
             self._rt.closed = True
             self._rt.timers.close()
+            if self._telemetry is not None:
+                self._telemetry.close()
             log.close()
             if own_env and isinstance(env, RealEnv):
                 env.close()
@@ -422,8 +450,10 @@ class Engine(ObjectCalls, LimitCalls):
 
         log.on_checkpoint_due = checkpoint_soon
         logger.info(
-            "opened %s: %d records read after the checkpoint; %d workflows, %d loaded, %d stuck",
-            dir_path, self.recovered_records, len(rt.wf), rt.loaded_runs, len(rt.stuck),
+            "opened %s in %.3f s: %d records read after the checkpoint; %d workflows, %d loaded "
+            "(%d replayed), %d stuck",
+            dir_path, rt.loop.time() - opened_at, self.recovered_records, len(rt.wf), rt.loaded_runs,
+            rt.stats["replays"], len(rt.stuck),
         )
         if interval is not None and not read_only:
             periodic.every(rt.loop, interval, self._periodic_checkpoint, self._wake_on_append)
@@ -587,6 +617,7 @@ class Engine(ObjectCalls, LimitCalls):
         timeout: Duration | None = None,
     ) -> RunHandle[Any]: ...
 
+    @traced("start")
     async def start(
         self,
         workflow: WorkflowDef[Any, Any] | str,
@@ -621,8 +652,10 @@ class Engine(ObjectCalls, LimitCalls):
         if not wdef.takes_input and input is not None:
             raise TypeError(f"workflow '{wdef.name}' takes no input, got {type(input).__name__}")
         payload = codec.encode_input(wdef, input)
+        trace = self._telemetry.start_trace() if self._telemetry is not None else None
         st, lsn, _ = self._rt.start_workflow(
-            wdef, wid, payload, if_running=if_running, if_finished=if_finished, deadline_ms=deadline_ms
+            wdef, wid, payload, if_running=if_running, if_finished=if_finished, deadline_ms=deadline_ms,
+            trace=trace,
         )
         run_id = st.run_id
         await self._durable(st.shard, lsn)
@@ -681,6 +714,7 @@ class Engine(ObjectCalls, LimitCalls):
         wdef = self._rt.definition(st.wtype, st.version)
         return self._rt.raise_for(workflow_id, status, payload, wdef.result_type if wdef else Any)
 
+    @traced("signal")
     async def signal(
         self,
         workflow_id: str,
@@ -748,6 +782,7 @@ class Engine(ObjectCalls, LimitCalls):
                 del order[wid]
         return answer  # type: ignore[no-any-return]
 
+    @traced("update")
     async def update(
         self,
         workflow_id: str,
@@ -787,6 +822,7 @@ class Engine(ObjectCalls, LimitCalls):
         run.offer_update(update.name, uid, payload, fut)
         return codec.retype(await fut, update.result_type)
 
+    @traced("update_with_start")
     async def update_with_start(
         self,
         workflow: WorkflowDef[Any, Any] | str,
@@ -825,6 +861,7 @@ class Engine(ObjectCalls, LimitCalls):
             st, lsn, _ = self._rt.start_workflow(
                 wdef, wid, payload, if_running="attach", if_finished="start", deadline_ms=deadline_ms,
                 update=rec.UpdateWithStart(name=update.name, id=uid, payload=upayload),
+                trace=self._telemetry.start_trace() if self._telemetry is not None else None,
             )
             await self._durable(st.shard, lsn)
         return await self.update(wid, update, arg, update_id=uid)
@@ -914,6 +951,7 @@ class Engine(ObjectCalls, LimitCalls):
 
     # --- async completions -----------------------------------------------------
 
+    @traced("complete")
     async def complete(self, token: str, value: Any = None, *, by: str | None = None) -> bool:
         """Completes the ``ctx.await_completion`` that handed out ``token`` with ``value``.
 
@@ -926,6 +964,7 @@ class Engine(ObjectCalls, LimitCalls):
         """
         return await self._complete_token(token, rec.Status.OK, value, by)
 
+    @traced("fail_completion")
     async def fail_completion(self, token: str, message: str = "", *, by: str | None = None) -> bool:
         """Fails the ``ctx.await_completion`` that handed out ``token``: it raises
         :class:`fusee.CompletionFailed` with ``message`` in the workflow. Returns
@@ -1176,6 +1215,8 @@ class Engine(ObjectCalls, LimitCalls):
                             "they run again at the next open", rt.steps.executing, grace_s)
         self._fail_waiters(None)  # before the runs stop: callers hear "closed", not "ended"
         rt.park_all()
+        if self._telemetry is not None:
+            self._telemetry.close()
         rt.closed = True
         rt.timers.close()
         for st in rt.wf.values():

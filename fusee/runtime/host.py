@@ -18,6 +18,7 @@ from fusee.definitions import WorkflowDef
 from fusee.errors import FuseeError
 from fusee.retry import Retry
 from fusee.runtime.env import Env
+from fusee.runtime.telemetry import TelemetryHooks
 
 if TYPE_CHECKING:
     from fusee.runtime.run import Run, StepCall
@@ -31,6 +32,7 @@ class RunHost(Protocol):
     tracebacks: bool
     default_retry: Retry
     limiter: Any  # fusee.limits.Limiter: checks a step's limit= at ctx.step
+    telemetry: TelemetryHooks | None
 
     # the log
     def append(self, shard: int, r: rec.Record) -> int: ...

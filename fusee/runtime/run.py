@@ -207,6 +207,8 @@ class Run:
         #: Steps whose function runs now: seq -> the task carrying an async
         #: function (asyncio cancellation reaches it), or None (a thread's).
         self.executing: dict[int, asyncio.Task[Any] | None] = {}
+        #: This run's telemetry span while loaded (see ``fusee.runtime.telemetry``), else None.
+        self.span: Any = None
         #: When the run last went quiet (Env ms), and whether a park check is queued for it.
         self.quiet_since = 0
         self.park_queued = False
@@ -515,6 +517,10 @@ class Run:
         here, and any ctx call they make is refused. Its memory goes at once.
         """
         self.dead = True
+        if self.span is not None:
+            tel = self.rt.telemetry
+            assert tel is not None  # only telemetry gives a run a span
+            tel.run_end(self, "suspended", None)  # parked, or the engine closed
         for fut in self.update_waiters.values():
             if not fut.done():
                 fut.set_exception(UpdateFailed(f"workflow '{self.workflow_id}' ended before the update ran"))

@@ -44,6 +44,7 @@ from fusee.runtime.sealing import Sealer
 from fusee.runtime.snapshot import unpack
 from fusee.runtime.steps import StepRunner
 from fusee.runtime.table import WorkflowState, dedup_key, shard_of
+from fusee.runtime.telemetry import TelemetryHooks
 from fusee.runtime.timers import (
     CHILD_DEADLINE,
     DEADLINE,
@@ -136,6 +137,13 @@ class Runtime:
         #: False: runs that end keep only their start, ending and outbox (see ``fusee.runtime.history``).
         self.keep_history = True
         self.stats = {"steps": 0, "replays": 0, "runs_started": 0, "parked": 0, "woken": 0, "checkpoints": 0}
+        #: Spans and metrics (``fusee.runtime.telemetry``); None: off, and each hook costs one test.
+        self.telemetry: TelemetryHooks | None = None
+
+    def use_telemetry(self, hooks: TelemetryHooks | None) -> None:
+        """Reports runs, steps and flushes to ``hooks`` from now on (before recovery: recovered runs too)."""
+        self.telemetry = self.steps.telemetry = hooks
+        self.committer.on_flush = hooks.flushed if hooks is not None else None
 
     # --- log ------------------------------------------------------------
 
@@ -163,8 +171,9 @@ class Runtime:
         self._since_checkpoint = 0
         try:
             self.committer.checkpoint(self.checkpoint_state())
-        except FuseeError:
-            pass  # the log failed: every waiter hears of it; the next open recovers
+        except FuseeError as e:
+            # The log failed: every waiter hears of it; the next open recovers.
+            log.error("a checkpoint failed: %s", e)
         else:
             self.stats["checkpoints"] += 1
         # The checkpoint flushed what was pending: steps gated on it may start.
@@ -301,6 +310,8 @@ class Runtime:
         self.loaded_runs += 1
         if len(st.journal) > 1:
             self.stats["replays"] += 1
+        if self.telemetry is not None:
+            run.span = self.telemetry.run_begin(run, len(st.journal) - 1)
         run.start()
 
     # --- starting workflows ------------------------------------------------
@@ -317,11 +328,13 @@ class Runtime:
         if_finished: str = "fail",
         deadline_ms: int = 0,
         update: rec.UpdateWithStart | None = None,
+        trace: bytes | None = None,
     ) -> tuple[WorkflowState, int, bool]:
         """Starts ``wid`` (or attaches to it, per the policies).
 
-        Returns the state, the LSN to await before acknowledging, and whether
-        a new run was started.
+        ``trace`` is the caller's trace context, journaled in the Start record
+        (see ``fusee.runtime.telemetry``). Returns the state, the LSN to await
+        before acknowledging, and whether a new run was started.
         """
         st = self.wf.get(wid)
         if st is not None:
@@ -345,7 +358,7 @@ class Runtime:
         else:
             st = self.wf[wid] = WorkflowState(wid, shard_of(wid, self.shards))
         st.parent = parent
-        lsn = self._new_run(st, wdef, payload, policy, deadline_ms, update)
+        lsn = self._new_run(st, wdef, payload, policy, deadline_ms, update, trace)
         return st, lsn, True
 
     def _ack_lsn(self, st: WorkflowState) -> int:
@@ -359,6 +372,7 @@ class Runtime:
         policy: int,
         deadline_ms: int = 0,
         update: rec.UpdateWithStart | None = None,
+        trace: bytes | None = None,
     ) -> int:
         rid = self.new_run_id()
         start = rec.Start(
@@ -373,6 +387,7 @@ class Runtime:
             policy=policy,
             update=update,
             input=payload,
+            trace=trace,
         )
         if st.run_id:
             self.by_run.pop(st.run_id, None)
@@ -395,6 +410,8 @@ class Runtime:
         st.code = self.code_of(wdef.name, wdef.version)
         self.loaded_runs += 1
         self.stats["runs_started"] += 1
+        if self.telemetry is not None:
+            run.span = self.telemetry.run_begin(run, 0)
         run.start()
         return lsn
 
@@ -410,9 +427,10 @@ class Runtime:
         journal, _ = self.journal_of(st)
         start = journal[0]
         policy = start.policy if isinstance(start, rec.Start) else 0
-        # A chain's timeout spans its runs.
+        # A chain's timeout spans its runs, and so does its trace.
         deadline = start.deadline_ms if isinstance(start, rec.Start) else 0
-        self._new_run(st, wdef, st.payload, policy, deadline)
+        trace = start.trace if isinstance(start, rec.Start) else None
+        self._new_run(st, wdef, st.payload, policy, deadline, trace=trace)
 
     # --- run endings -----------------------------------------------------------
 
@@ -425,11 +443,30 @@ class Runtime:
         st.payload = done.payload
         st.done_lsn = lsn
         self.loaded_runs -= 1
+        self._report_end(st, done.status, done.payload, run)
         run.kill()
         if done.status == rec.Status.CONTINUED:
             self._continue(st)
             return
         self.spawn(self._after_done(st, run.run_id, lsn))
+
+    def _report_end(self, st: WorkflowState, status: rec.Status, payload: bytes, run: Run | None) -> None:
+        """Logs how a run ended (a failure at WARNING) and reports it to telemetry."""
+        tel = self.telemetry
+        if tel is None and (status == rec.Status.OK or status == rec.Status.CONTINUED):
+            return  # the common case: nothing to say
+        name = status.name.lower()
+        error = None
+        if status == rec.Status.FAILED:
+            info = codec.decode_error(payload)
+            error = info.type
+            log.warning("workflow %r: run %d failed: %s: %s", st.id, st.run_id, info.type, info.message)
+        elif status != rec.Status.OK and status != rec.Status.CONTINUED:
+            log.info("workflow %r: run %d ended %s", st.id, st.run_id, name)
+        if tel is not None:
+            tel.run_ended(name)
+            if run is not None and run.span is not None:
+                tel.run_end(run, name, error)
 
     async def _after_done(self, st: WorkflowState, run_id: int, lsn: int) -> None:
         await self.wait_durable(st.shard, lsn)
@@ -481,6 +518,8 @@ class Runtime:
             self.cancel(wid, reason, None)
 
     def on_stuck(self, run: Run, err: FuseeError) -> None:
+        if run.span is not None and self.telemetry is not None:
+            self.telemetry.run_end(run, "stuck", type(err).__name__)
         self.mark_stuck(run.workflow_id, err)
 
     def mark_stuck(self, wid: str, err: FuseeError) -> None:
@@ -538,7 +577,8 @@ class Runtime:
                 err = codec.encode_error(UnknownWorkflow(f"no workflow named {child.wtype!r} is registered"))
                 self._child_finished(ref, rec.Status.FAILED, err)
                 return
-            self.start_workflow(wdef, child.id, child.input, parent=ref, policy=child.flags)
+            self.start_workflow(wdef, child.id, child.input, parent=ref, policy=child.flags,
+                                trace=self.trace_of(ref.id))
             parent = self.wf.get(ref.id)
             if parent is not None and (parent.run_id != ref.run or parent.final):
                 # The parent ended while the start was on its way: the policy applies now.
@@ -555,6 +595,15 @@ class Runtime:
             return
         if st.final and st.status is not None and not detached:
             self._child_finished(ref, st.status, st.payload)
+
+    def trace_of(self, wid: str) -> bytes | None:
+        """The trace context journaled in ``wid``'s current Start (a child joins its parent's trace)."""
+        st = self.wf.get(wid)
+        if st is None:
+            return None
+        journal = self.journal_of(st)[0]
+        start = journal[0] if journal else None
+        return start.trace if isinstance(start, rec.Start) else None
 
     def _reset_from(self, ref: rec.ParentRef, old_run: int) -> bool:
         """Whether the parent run ``ref`` names replaced run ``old_run`` of the same workflow."""
@@ -636,6 +685,8 @@ class Runtime:
             by=by,
         )
         if run is not None:
+            if run.span is not None and self.telemetry is not None:
+                self.telemetry.run_end(run, status.name.lower(), None)  # not "suspended", as kill says
             run.kill()
             run.finished = True
             lsn = run.append(done)
@@ -650,6 +701,7 @@ class Runtime:
         self.stuck.pop(wid, None)
         self.stuck_errors.pop(wid, None)
         st.status, st.payload, st.done_lsn = done.status, done.payload, lsn
+        self._report_end(st, done.status, done.payload, None)
         self.spawn(self._after_done(st, st.run_id, lsn))
         return lsn
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import inspect
+import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -34,6 +35,9 @@ from fusee.runtime.tokens import make_token
 
 if TYPE_CHECKING:
     from fusee.runtime.host import StepHost
+    from fusee.runtime.telemetry import TelemetryHooks
+
+log = logging.getLogger("fusee")
 
 
 class _Continue:
@@ -106,6 +110,8 @@ class StepRunner:
         self.sync_policy = SyncStepPolicy(rt.env.inline_sync_steps, rt.env.monotonic)
         #: Whether any limited step ever ran (settling then gives its permit back).
         self._limited = False
+        #: Spans and metrics of attempts (set by ``Runtime.use_telemetry``); None: off.
+        self.telemetry: TelemetryHooks | None = None
 
     # --- starting ----------------------------------------------------------------
 
@@ -186,6 +192,8 @@ class StepRunner:
     def _begin(self, run: Run, seq: int, task: asyncio.Task[Any] | None) -> None:
         run.executing[seq] = task
         self.executing += 1
+        if self.telemetry is not None:
+            self.telemetry.step_begin(run, seq)
         if self.started is not None:
             self.started.append((run.workflow_id, seq))
 
@@ -196,6 +204,8 @@ class StepRunner:
         self.executing -= 1
         if self._limited:
             self.rt.limiter.release((run, seq))
+        if self.telemetry is not None:
+            self.telemetry.step_end(run, seq, "abandoned", None)  # unless its outcome came first
         if self._hb_lsn:
             self._hb_next.pop((run, seq), None)
             self._hb_lsn.pop((run, seq), None)
@@ -229,6 +239,8 @@ class StepRunner:
         args = self._step_args(run, seq, call, call.attempt)
         self._begin(run, seq, None)
         entered = CURRENT_STEP.set(self._info_maker(run, seq, call, call.attempt))
+        # The attempt's span is the function's current trace context (its tasks and thread inherit it).
+        traced = self.telemetry.enter_step(run, seq) if self.telemetry is not None else None
         try:
             if call.is_async:
                 coro = call.fn(*args)
@@ -260,6 +272,8 @@ class StepRunner:
             return
         finally:
             CURRENT_STEP.reset(entered)
+            if traced is not None:
+                self.telemetry.leave_step(traced)  # type: ignore[union-attr]
         self._step_result(run, seq, value)
 
     def _call_inline(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
@@ -345,6 +359,8 @@ class StepRunner:
             # The token function returned: its token is out; the run waits for engine.complete.
             r = m.awaiting(seq)
             run.steps.pop(seq, None)
+            if self.telemetry is not None:
+                self.telemetry.step_end(run, seq, "ok", None)
             if r is not None:
                 run.append(r)
                 run.pump()
@@ -360,6 +376,11 @@ class StepRunner:
         """Journals the step's outcome (delivered before any cancel waiting for it), then settles."""
         self.rt.stats["steps"] += 1
         run.steps.pop(seq, None)
+        tel = self.telemetry
+        if tel is not None:
+            name = status.name.lower()
+            tel.step_done(name)
+            tel.step_end(run, seq, name, codec.decode_error(payload).type if status == rec.Status.FAILED else None)
         if run.machine.owns_streams(seq):
             for end in run.machine.stream_ends(seq, status):
                 run.append(end)  # the result completes the step's streams, just before it
@@ -439,6 +460,8 @@ class StepRunner:
                     call.attempt = attempt + 1
                     call.not_before = retry_at
                     self.rt.step_retried(run, call, e, retry_at)
+                    if self.telemetry is not None:
+                        self.telemetry.step_end(run, seq, "retry", type(e).__name__)
                     self._settle(run, seq)
                     continue
                 if retry.pause_when_exhausted and not isinstance(e, retry.non_retryable):
@@ -447,9 +470,13 @@ class StepRunner:
                         call.not_before = rec.PAUSED
                         run.append(r)
                         self.rt.step_retried(run, call, e, rec.PAUSED)
+                        if self.telemetry is not None:
+                            self.telemetry.step_end(run, seq, "paused", type(e).__name__)
                         run.pump()
                     self._settle(run, seq)
                     return
+                log.warning("workflow %r: step %r failed for good at attempt %d (%s: %s)",
+                            run.workflow_id, call.name, attempt, type(e).__name__, e)
                 self._complete(run, seq, rec.Status.FAILED, codec.encode_error(e, traceback=self.rt.tracebacks))
                 return
             self._step_result(run, seq, value)
@@ -483,6 +510,8 @@ class StepRunner:
         args = self._step_args(run, seq, call, attempt)
         # This task's own context: tasks and threads started from here inherit it.
         CURRENT_STEP.set(self._info_maker(run, seq, call, attempt))
+        if self.telemetry is not None:
+            self.telemetry.enter_step(run, seq)  # this task's context: never left, the task ends
         if call.is_async:
             return await self._supervise(run, seq, call, asyncio.ensure_future(fn(*args)), False)
         inline = call.timeout_s is None and call.heartbeat_s is None and self.sync_policy.runs_inline(fn)

@@ -80,6 +80,9 @@ class SimConfig:
     inline_sync_steps: bool | None = False
     #: ``Engine.open(flush=...)`` as the simulator models it: background or pipeline.
     flush_mode: str = "background"
+    #: The engine reports spans to the simulator's tracer (``fusee.sim.tracing``),
+    #: when OpenTelemetry's API is installed.
+    telemetry: bool = False
     #: Relative weight of each job kind in the built-in workload.
     mix: dict[str, int] = dataclasses.field(default_factory=lambda: dict.fromkeys(JOB_KINDS, 1))
 
@@ -126,6 +129,7 @@ class SimConfig:
             inline_sync_steps=h.choice([None, None, False, True]),
             flush_mode=h.choice(["background", "pipeline"]),
             mix=mix,
+            telemetry=random.Random(f"telemetry-{seed}").randrange(3) == 0,
         )
 
     def describe(self) -> str:
@@ -141,6 +145,7 @@ class SimConfig:
             f"step_slots={self.step_slots} max_step_ms={self.max_step_ms} sync_steps={self.sync_steps_per_mille}/1000 "
             f"close_every_ms={self.close_every_ms} close_grace_ms={self.close_grace_ms} "
             f"inline_sync_steps={self.inline_sync_steps} flush={self.flush_mode} mix={mix}"
+            + (" telemetry=on" if self.telemetry else "")
         )
 
     @property

@@ -151,6 +151,8 @@ class World:
         self.svc: Any = self.plan.service
         #: Resets in flight: (life, workflow ID).
         self.resetting: set[tuple[int, str]] = set()
+        #: The tracer the engine reports spans to, on seeds with telemetry (see ``fusee.sim.tracing``).
+        self.tracing: Any = _tracer_for(cfg)
         if self.svc is not None:
             self.svc.clock = lambda: self.loop.time()
             self.svc.life = lambda: self.life
@@ -268,10 +270,17 @@ class World:
                          inline_sync_steps=self.cfg.inline_sync_steps, flush_mode=self.cfg.flush_mode)
             self.env = env
             self.opening = True
+            options = self._engine_options()
+            if "telemetry" in (self._accepted or ()):
+                # Off unless the seed traces: a global provider of the process changes nothing here.
+                options["telemetry"] = False
+                if self.tracing is not None:
+                    self.tracing.life = self.life
+                    options["telemetry"] = fusee.Telemetry(tracer_provider=self.tracing, metrics=False)
             try:
                 self.engine = self._drive(
                     fusee.Engine.open(DATA_DIR, workflows=self.plan.workflows, env=env,
-                                      limits=self.plan.limits, **self._engine_options()),
+                                      limits=self.plan.limits, **options),
                     "recovery")
                 for engine_hook in self.plan.on_engine_open:
                     engine_hook(self.engine, self.life)
@@ -529,7 +538,11 @@ class World:
         action = self.actions[ix]
         try:
             try:
-                answer = await self._request(engine, action)
+                if self.tracing is not None:
+                    with self.tracing.caller(action.id):
+                        answer = await self._request(engine, action)
+                else:
+                    answer = await self._request(engine, action)
             finally:
                 if life == self.life:
                     self.inflight[ix] = max(0, self.inflight.get(ix, 0) - 1)
@@ -747,6 +760,8 @@ class World:
         finally:
             self.opening = False
         problems = checkers.check_all(self.obs, snap, self.plan.service_violations(), final=final)
+        if self.tracing is not None:
+            problems += self.tracing.check(self.obs, snap)
         if extra is not None:
             problems += extra(snap)
         for check in self.plan.checks:
@@ -938,6 +953,17 @@ class World:
 
 async def _await(aw: Awaitable[Any]) -> Any:
     return await aw
+
+
+def _tracer_for(cfg: SimConfig) -> Any:
+    """The simulator's tracer on a seed with telemetry, if OpenTelemetry's API is installed."""
+    if not cfg.telemetry:
+        return None
+    try:
+        from fusee.sim.tracing import SimTracerProvider
+    except ImportError:
+        return None
+    return SimTracerProvider()
 
 
 def _describe(action: Action) -> str:

@@ -84,6 +84,8 @@ class GroupCommitter:
         self.inline_flushes = 0
         self.blocking_waits = 0
         self.records_flushed = 0
+        #: Told of each completed flush: (records, seconds). Telemetry sets it; None: nobody asks.
+        self.on_flush: Callable[[int, float], None] | None = None
         log.on_flushed = self._flushed_elsewhere
 
     # --- API ------------------------------------------------------------------
@@ -344,6 +346,9 @@ class GroupCommitter:
             return
         self.flushes += 1
         self.records_flushed += job.records
+        if self.on_flush is not None:
+            samples = self.log.flush_seconds
+            self.on_flush(job.records, samples[-1] if samples else 0.0)
         if self._on_durable is not None:
             self._on_durable(durable)
 

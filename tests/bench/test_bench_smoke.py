@@ -157,3 +157,17 @@ def test_fusee_workloads_quick(tmp_path: Path) -> None:
         assert isinstance(by_name["recovery"][key], float)
     # Every workload removed its data directories.
     assert list(tmp_path.iterdir()) == []
+
+
+def test_telemetry_cost_script_quick(tmp_path: Path) -> None:
+    (result,) = _run(str(BENCH / "telemetry_cost.py"), "--quick", "--rounds", "1", "--json", scratch=tmp_path)
+    assert result["workload"] == "telemetry" and result["steps"] == 2000
+    for mode in ("off", "on"):
+        assert result[f"{mode}_cpu_us_per_step"] > 0
+    assert result["on_vs_off"] == pytest.approx(result["on_cpu_us_per_step"] / result["off_cpu_us_per_step"])
+    if "baseline_cpu_us_per_step" in result:  # a checkout with git history
+        assert result["off_vs_baseline"] == pytest.approx(
+            result["off_cpu_us_per_step"] / result["baseline_cpu_us_per_step"])
+    assert list(tmp_path.iterdir()) == []
+    verdicts = {what: ok for what, _, ok in run_all.targets({"fusee": {"telemetry": {"off_vs_baseline": 1.01}}})}
+    assert verdicts["telemetry off: CPU per step ≤ 1.02 × the code before its hooks"] is True

@@ -54,3 +54,10 @@ async def client(engine: fusee.Engine) -> None:
     del late
     wrong: int = await run.result()  # type: ignore[assignment]
     del wrong
+
+
+async def traced() -> None:
+    async with fusee.Engine.open(telemetry=fusee.Telemetry(meter_provider=None, traces=False)) as engine:
+        assert_type(engine, fusee.Engine)
+    async with fusee.Engine.open(telemetry="on"):  # type: ignore[arg-type]
+        pass
