@@ -332,3 +332,33 @@ class RecordedError(FuseeError):
         if traceback:
             text += "\n\nRecorded traceback:\n" + traceback.rstrip()
         super().__init__(text)
+
+
+# --- the operator's tools (HTTP API and CLI) -----------------------------------
+
+
+class InsecureBind(FuseeError, ValueError):
+    """``fusee serve`` (or ``fusee.http.serve``) was asked to listen on an address other
+    machines reach, without a token: anyone there could start, signal or terminate runs.
+    Pass ``--token`` (or ``FUSEE_TOKEN``), or listen on a loopback address (127.0.0.1)."""
+
+
+class ApiError(FuseeError):
+    """A Fusee HTTP API answered with an error.
+
+    ``status`` is the HTTP status, ``type`` the error's type name as the server
+    named it (``NotFound``, ``InvalidQuery``, ...), ``field`` the request field at
+    fault (None when no one field is).
+    """
+
+    def __init__(self, status: int, type: str, message: str, field: str | None = None) -> None:
+        self.status = status
+        self.type = type
+        self.field = field
+        self.message = message
+        super().__init__(message)
+
+
+class ReadOnlyTarget(FuseeError):
+    """A command that changes runs was pointed at a directory: a directory is read offline and
+    read-only. Point the command at the running application instead (``--url http://...``)."""
