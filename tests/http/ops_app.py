@@ -79,8 +79,8 @@ async def make_engine() -> fusee.Engine:
 async def _live(directory: str) -> None:
     engine = await fusee.Engine.open(directory, workflows=WORKFLOWS, segment_bytes=1 << 20)
     await engine.start(order, "o-live", "acme")
-    while engine.describe("o-live").status != "running" or not any(
-            type(r).__name__ == "Attributes" for r in await engine.journal("o-live")):
+    # Ready once the run waits for its approval and that is durable: then nothing more is written.
+    while not any(type(r).__name__ == "Wait" for r in await engine.journal("o-live")):
         await asyncio.sleep(0.005)
     print("ready", flush=True)
     await asyncio.Event().wait()
