@@ -35,6 +35,9 @@ class Sabotage:
     resume_unreported_progress: bool = False
     #: ``reset`` delivers the signals that arrived after the cut twice.
     reapply_signal_twice: bool = False
+    #: A read-only open takes the directory's lock (shared), as inspections once did:
+    #: a live engine's lock then refuses the operator's read.
+    read_only_locks: bool = False
 
 
 #: The switches in force. Engine code reads them; only tests write them.

@@ -561,3 +561,20 @@ def check_refused(refused: Iterable[tuple[str, str, str]], snap: Snapshot) -> li
         if hit:
             out.append(f"{kind} of {wid} was refused (EngineClosed) during a close, yet it was applied")
     return out
+
+
+def check_live_read(durable: list[int], seen: list[int] | None, refused: str | None, changed: bool) -> list[str]:
+    """An operator's read-only open of the directory while the engine lives (``fusee runs DIR``):
+    it is not refused, changes nothing on the disk, and sees (per shard) at least every record
+    the engine had made durable when it read (``seen``: the end of its scan)."""
+    problems = []
+    if refused is not None:
+        problems.append(f"a read-only inspection of the live directory was refused: {refused}")
+    if changed:
+        problems.append("a read-only inspection of the live directory changed files on the disk")
+    if seen is not None:
+        for shard, (d, s) in enumerate(zip(durable, seen, strict=True)):
+            if s < d:
+                problems.append(f"a read-only inspection of the live directory read shard {shard} up to "
+                                f"record {s}, but the engine had made records up to {d} durable")
+    return problems

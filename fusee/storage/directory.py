@@ -82,14 +82,14 @@ class EngineDirectory:
             parent = posixpath.dirname(path)
             if parent and not sabotage.active.skip_dir_fsync:
                 storage.fsync_dir(parent)  # the new directory's name survives a crash
-        if read_only:
+        if read_only and not sabotage.active.read_only_locks:
             # No lock at all: a reader must neither be refused by a live writer nor keep one
             # from opening. The log is append-only, so what a scan reads stays true.
             d = cls(storage, path, None, shards, read_only)
             d._setup()
             d.live = storage.held(path)
             return d
-        lock = storage.lock(path)
+        lock = storage.lock(path, shared=read_only)
         try:
             d = cls(storage, path, lock, shards, read_only)
             d._setup()
