@@ -317,3 +317,34 @@ def test_the_module_form_runs_too() -> None:
     p = subprocess.run([sys.executable, "-m", "fusee.cli", "--help"], capture_output=True, text=True, timeout=60)
     assert p.returncode == 0 and "runs" in p.stdout
     assert shutil.which(FUSEE) is not None
+
+
+def test_a_stream_is_followed_live_as_server_sent_events(served: tuple[str, str]) -> None:
+    url, token = served
+    headers = {"Authorization": f"Bearer {token}"}
+    r = httpx.post(f"{url}/api/runs", json={"workflow": "order", "workflow_id": "o-s", "input": "acme"},
+                   headers=headers)
+    assert r.status_code == 201
+    events: list[str] = []
+    with httpx.stream("GET", f"{url}/api/runs/o-s/streams/log", headers=headers, timeout=60) as s:
+        assert s.headers["content-type"].startswith("text/event-stream")
+        block: list[str] = []
+        for line in s.iter_lines():
+            if line:
+                block.append(line)
+                continue
+            if not block or block[0].startswith(":"):
+                block = []
+                continue
+            events.append("\n".join(block))
+            block = []
+            if len(events) == 1:
+                # The first chunk arrived while the run still waits: approve it now.
+                assert events[0] == 'id: 1\nevent: chunk\ndata: "order for acme"'
+                r = httpx.post(f"{url}/api/runs/o-s/signal", json={"name": "approve", "value": True},
+                               headers=headers)
+                assert r.status_code == 200
+            if events[-1].startswith("event: end"):
+                break
+    assert events[1] == 'id: 2\nevent: chunk\ndata: "approved"'
+    assert events[2] == 'event: end\ndata: {"offset": 2}'

@@ -282,3 +282,35 @@ def test_the_app_serves_from_another_thread_than_the_engines(tmp_path: Path) -> 
         asyncio.run_coroutine_threadsafe(engine.close(), loop).result(30)
         loop.call_soon_threadsafe(loop.stop)
         t.join(10)
+
+
+async def test_the_web_ui_is_mounted_at_ui_behind_the_same_token(
+        engine: fusee.Engine, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The contract with the UI: ``fusee.ui.routes(engine)`` is mounted at ``/ui``."""
+    import importlib.machinery
+    import types
+
+    from starlette.responses import PlainTextResponse
+    from starlette.routing import Route
+
+    seen: list[fusee.Engine] = []
+
+    def routes(e: fusee.Engine) -> list[Route]:
+        seen.append(e)
+
+        async def page(request: Any) -> PlainTextResponse:
+            return PlainTextResponse(f"runs: {len(e.runs())}")
+
+        return [Route("/", page)]
+
+    ui = types.ModuleType("fusee.ui")
+    ui.__spec__ = importlib.machinery.ModuleSpec("fusee.ui", None)
+    ui.routes = routes  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "fusee.ui", ui)
+    async with client(engine, token="s3cret") as c:
+        assert (await c.get("/ui/")).status_code == 401
+        r = await c.get("/ui/", headers={"Authorization": "Bearer s3cret"})
+        assert r.status_code == 200 and r.text == "runs: 0"
+        r = await c.get("/", headers={"Authorization": "Bearer s3cret"})
+        assert r.status_code == 307 and r.headers["location"] == "/ui/"
+    assert seen == [engine]
