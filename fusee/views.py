@@ -150,6 +150,7 @@ def timeline(records: list[rec.Record]) -> list[dict[str, Any]]:
     """
     out: list[dict[str, Any]] = []
     by_seq: dict[int, dict[str, Any]] = {}
+    updates: list[dict[str, Any]] = []  # by ordinal
     started_ms = 0
 
     def entry(kind: str, name: str = "", status: str = "", **more: Any) -> dict[str, Any]:
@@ -164,6 +165,9 @@ def timeline(records: list[rec.Record]) -> list[dict[str, Any]]:
             started_ms = r.started_ms
             entry("start", r.wtype, "ok", at=iso(r.started_ms), input=payload(r.input), by=_text(r.by),
                   run=r.run)
+            if r.update is not None:
+                updates.append(entry("update", r.update.name, "accepted", update_id=r.update.id,
+                                     value=payload(r.update.payload)))
         elif t is rec.Step:
             assert isinstance(r, rec.Step)
             e = by_seq.get(r.seq)
@@ -223,7 +227,16 @@ def timeline(records: list[rec.Record]) -> list[dict[str, Any]]:
             entry("send", r.name, "ok", workflow_id=r.target)
         elif t is rec.Update:
             assert isinstance(r, rec.Update)
-            entry("update", r.name, "accepted", update_id=r.id, value=payload(r.payload))
+            updates.append(entry("update", r.name, "accepted", update_id=r.id, value=payload(r.payload)))
+        elif t is rec.UpdateDone:
+            assert isinstance(r, rec.UpdateDone)
+            if 0 <= r.ordinal < len(updates):
+                e = updates[r.ordinal]
+                e["status"] = r.status.name.lower()
+                if r.status == rec.Status.OK:
+                    e["result"] = payload(r.payload)
+                else:
+                    e["error"] = _error_text(r.payload)
         elif t is rec.Awaiting:
             assert isinstance(r, rec.Awaiting)
             by_seq[r.seq] = entry("await", r.name, "waiting", attempts=r.attempt)

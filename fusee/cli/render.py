@@ -55,7 +55,8 @@ def _time(iso: str | None) -> str:
 def runs_table(items: list[dict[str, Any]]) -> Table:
     table = Table(box=None, header_style="bold", pad_edge=False)
     for col in ("WORKFLOW ID", "TYPE", "STATUS", "STARTED", "ENDED", "ATTRIBUTES"):
-        table.add_column(col, overflow="fold")
+        # IDs and attributes fold on a narrow terminal; statuses and times stay whole.
+        table.add_column(col, overflow="fold", no_wrap=col in ("STATUS", "STARTED", "ENDED"))
     for s in items:
         attrs = " ".join(f"{k}={_short(v, 30)}" for k, v in s.get("attributes", {}).items())
         table.add_row(s["workflow_id"], s["workflow"], _status(s["status"]), _time(s.get("started_at")),
@@ -119,7 +120,7 @@ def _duration(ms: int) -> str:
 def timeline_table(timeline: list[dict[str, Any]]) -> Table:
     table = Table(box=None, header_style="bold", pad_edge=False)
     for col in ("#", "AT", "KIND", "NAME", "STATUS", "ATTEMPTS", "DETAIL"):
-        table.add_column(col, overflow="fold")
+        table.add_column(col, overflow="fold", no_wrap=col in ("#", "AT", "KIND", "STATUS"))
     for i, e in enumerate(timeline):
         table.add_row(str(i), _time(e.get("at")), e["kind"], e.get("name", ""), _status(e.get("status")),
                       str(e["attempts"]) if e.get("attempts") else "", _detail(e))

@@ -27,7 +27,7 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 import fusee
-from fusee import errors, journal_file, views
+from fusee import codec, errors, journal_file, views
 from fusee.engine.visibility import MAX_LIMIT
 from fusee.http import openapi, schemas
 
@@ -180,7 +180,12 @@ class _Api:
         where = request.query_params.get("where") or None
         limit = _int_param(request, "limit", 100, 1, MAX_LIMIT)
         cursor = request.query_params.get("cursor") or None
-        page = await self.read(lambda: self.engine.list(where, limit=limit, cursor=cursor))
+        try:
+            page = await self.read(lambda: self.engine.list(where, limit=limit, cursor=cursor))
+        except errors.InvalidQuery as e:
+            if cursor is not None and e.query == cursor and e.query != where:
+                raise BadRequest(str(e), "cursor", type="InvalidQuery") from None
+            raise
         return JSONResponse(views.page(page))
 
     @_handler()
@@ -270,7 +275,7 @@ class _Api:
         wid = self.wid(request)
         body = await _body(request, schemas.QueryRequest)
         q = _named(fusee.query, body.name)
-        return JSONResponse({"result": await self.call(lambda: self.engine.query(wid, q, body.arg))})
+        return _result(await self.call(lambda: self.engine.query(wid, q, body.arg)))
 
     @_handler("arg")
     async def update(self, request: Request) -> Response:
@@ -286,7 +291,7 @@ class _Api:
         except Exception as e:  # the workflow's validator refused it: nothing was recorded
             raise BadRequest(f"the update was rejected: {type(e).__name__}: {e}", "arg",
                              type="UpdateRejected") from None
-        return JSONResponse({"result": result})
+        return _result(result)
 
     @_handler("reason")
     async def cancel(self, request: Request) -> Response:
@@ -339,6 +344,16 @@ class _Api:
         except ValueError as e:  # a token that does not parse
             raise BadRequest(str(e), "token") from None
         return JSONResponse({"completed": done})
+
+
+def _result(value: Any) -> Response:
+    """``{"result": value}``, encoded as the journal encodes payloads (dataclasses, pydantic
+    models, datetimes... become JSON as they do in the journal)."""
+    try:
+        body = codec.encode({"result": value})
+    except errors.SerializationError as e:
+        return error_response(500, "SerializationError", f"the answer does not convert to JSON: {e}")
+    return Response(body, media_type="application/json")
 
 
 def _named(make: Callable[[str], T], name: str) -> T:

@@ -124,6 +124,9 @@ async def test_query_update_cancel_terminate(engine: fusee.Engine) -> None:
         assert r.json() == {"result": 3}
         r = await c.post("/api/runs/o-1/update", json={"name": "bump", "arg": -1})
         assert r.status_code == 400 and r.json()["error"]["type"] == "UpdateRejected"
+        timeline = (await c.get("/api/runs/o-1/journal")).json()["timeline"]
+        assert [(e["name"], e["status"], e["value"], e["result"]) for e in timeline
+                if e["kind"] == "update"] == [("bump", "ok", 3, 3)]  # the rejected one left no trace
         r = await c.post("/api/runs/o-1/terminate", json={"reason": "test", "by": "ops"})
         assert r.status_code == 200
         assert engine.describe("o-1").status == "terminated"
@@ -209,7 +212,7 @@ async def _records(engine: fusee.Engine) -> int:
     ("get", "/api/runs?where=status%20%3D", None, 400, "where"),
     ("get", "/api/runs?limit=0", None, 400, "limit"),
     ("get", "/api/runs?limit=many", None, 400, "limit"),
-    ("get", "/api/runs?cursor=zzz", None, 400, "where"),
+    ("get", "/api/runs?cursor=zzz", None, 400, "cursor"),
     ("post", "/api/completions", {"token": ""}, 400, "token"),
     ("post", "/api/completions", {"token": "not-a-token"}, 404, None),
     ("get", "/api/nothing", None, 404, "path"),
