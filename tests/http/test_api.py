@@ -317,3 +317,15 @@ async def test_the_web_ui_is_mounted_at_ui_behind_the_same_token(
         r = await c.get("/", headers={"Authorization": "Bearer s3cret"})
         assert r.status_code == 307 and r.headers["location"] == "/ui/"
     assert seen == [engine]
+
+
+async def test_an_id_with_a_slash_is_addressed_as_percent_2f(engine: fusee.Engine) -> None:
+    async with client(engine) as c:
+        r = await c.post("/api/runs", json={"workflow": "order", "workflow_id": "acme/o-1", "input": "acme"})
+        assert r.status_code == 201
+        assert (await c.get("/api/runs/acme%2Fo-1")).json()["workflow_id"] == "acme/o-1"
+        r = await c.post("/api/runs/acme%2Fo-1/signal", json={"name": "approve", "value": True})
+        assert r.status_code == 200, r.text
+        assert await engine.get("acme/o-1").result() == "shipped"
+        journal = (await c.get("/api/runs/acme%2Fo-1/journal")).json()
+        assert journal["workflow_id"] == "acme/o-1"
