@@ -45,6 +45,8 @@ _STATUS: dict[type[BaseException], int] = {
     errors.UpdateFailed: 422,
     errors.QueryFailed: 422,
     errors.EngineClosed: 503,
+    errors.StorageError: 503,
+    errors.WrongEventLoop: 500,
 }
 
 
@@ -471,5 +473,10 @@ def app(engine: fusee.Engine, token: str | None = None) -> ASGIApp:
         return error_response(405, "MethodNotAllowed",
                               f"{request.method} is not allowed on {request.url.path}", "method")
 
-    starlette = Starlette(routes=routes, exception_handlers={404: not_found, 405: not_allowed})
+    async def crashed(request: Request, exc: Exception) -> Response:
+        # A bug, not a bad request: the server logs the traceback, the client gets JSON.
+        return error_response(500, type(exc).__name__, f"internal error: {exc}")
+
+    starlette = Starlette(routes=routes, exception_handlers={404: not_found, 405: not_allowed,
+                                                             Exception: crashed})
     return starlette if token is None else TokenCheck(starlette, token)
