@@ -70,13 +70,20 @@ def _target(args: tuple[str, ...], url: str | None, token: str | None, names: tu
     return target, rest
 
 
+#: The commands that change runs: they need --url.
+ACTIONS = ("start", "signal", "query", "cancel", "terminate", "resume", "reset", "complete")
+
+
+def _read_only(command: str) -> str:
+    return (f"'{command}' changes a run: point it at the running application with --url http://HOST:PORT "
+            f"(or ${URL_ENV}); a directory is only read, offline")
+
+
 def _api(url: str | None, token: str | None, command: str) -> Any:
     from fusee.cli.targets import Api
 
     if url is None:
-        raise errors.ReadOnlyTarget(
-            f"'{command}' changes a run: point it at the running application with --url http://HOST:PORT "
-            f"(or ${URL_ENV}); a directory is only read, offline")
+        raise errors.ReadOnlyTarget(_read_only(command))
     return Api(url, token)
 
 
@@ -519,8 +526,15 @@ def sim(args: tuple[str, ...]) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Runs the command; returns the exit code. Errors are one line on stderr, never a traceback
     (set FUSEE_DEBUG=1 to see one)."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if (args and args[0] in ACTIONS and not os.environ.get(URL_ENV)
+            and not any(a == "--url" or a.startswith("--url=") for a in args)
+            and any(os.path.isdir(a) for a in args[1:])):
+        # 'fusee cancel ./data order-1': say why, rather than "unexpected extra argument".
+        click.echo(f"fusee: {_read_only(args[0])}", err=True)
+        return 1
     try:
-        cli.main(args=argv, prog_name="fusee", standalone_mode=False)
+        cli.main(args=args, prog_name="fusee", standalone_mode=False)
     except click.exceptions.Abort:
         click.echo("fusee: interrupted", err=True)
         return 130

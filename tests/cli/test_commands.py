@@ -173,6 +173,8 @@ def test_errors_are_one_line_and_exit_1(tmp_path: Path) -> None:
     assert "invalid query at position" in one_line_error(fusee_cmd("runs", str(d), "--where", "status ="))
     line = one_line_error(fusee_cmd("cancel", "o-1"))
     assert "--url" in line
+    line = one_line_error(fusee_cmd("terminate", str(d), "o-1"))  # a directory is never written
+    assert "--url" in line and "read" in line
     line = one_line_error(fusee_cmd("runs", "--url", f"http://127.0.0.1:{free_port()}"))
     assert "connection refused" in line
     p = fusee_cmd("runs")
