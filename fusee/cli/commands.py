@@ -51,6 +51,10 @@ def _target(args: tuple[str, ...], url: str | None, token: str | None, names: tu
 
     rest = list(args)
     where: str | None = None
+    ctx = click.get_current_context(silent=True)
+    if (url is not None and len(rest) == len(names) + 1 and ctx is not None
+            and ctx.get_parameter_source("url") == click.core.ParameterSource.ENVIRONMENT):
+        url = None  # a target on the command line wins over $FUSEE_URL
     if url is None and len(rest) == len(names) + 1:
         where = rest.pop(0)
     elif url is None:
