@@ -17,19 +17,23 @@ from fusee.definitions import (
     update,
     workflow,
 )
+from fusee.encryption import AesGcmCodec, Codec
 from fusee.engine.engine import AuditEntry, Engine, RunHandle, RunSummary
 from fusee.engine.visibility import Metrics, RunPage, ShardMetrics
 from fusee.errors import (
     AlreadyExists,
     Busy,
     Cancelled,
+    CodecError,
     CompletionFailed,
     CorruptRecord,
+    DecryptionFailed,
     DeterminismError,
     EngineClosed,
     FuseeError,
     HistoryUnavailable,
     InvalidQuery,
+    MissingKey,
     NotFound,
     NotInAStep,
     QueryFailed,
@@ -54,14 +58,18 @@ __version__ = "0.1.0"
 logging.getLogger("fusee").addHandler(logging.NullHandler())
 
 __all__ = [
+    "AesGcmCodec",
     "AlreadyExists",
     "AuditEntry",
     "Busy",
     "Cancelled",
     "ChildHandle",
+    "Codec",
+    "CodecError",
     "CompletionFailed",
     "CorruptRecord",
     "Ctx",
+    "DecryptionFailed",
     "DeterminismError",
     "Engine",
     "EngineClosed",
@@ -69,6 +77,7 @@ __all__ = [
     "HistoryUnavailable",
     "InvalidQuery",
     "Metrics",
+    "MissingKey",
     "NotFound",
     "NotInAStep",
     "QueryDef",

@@ -334,6 +334,42 @@ class RecordedError(FuseeError):
         super().__init__(text)
 
 
+# --- payload encryption (fusee.encryption) -----------------------------------
+
+
+class CodecError(FuseeError):
+    """A payload could not be encoded or decoded by the engine's payload codec.
+
+    Raised instead of ever handing out garbage: the journal is left as it is.
+    """
+
+
+class MissingKey(CodecError):
+    """A payload is encrypted with a key the codec was not given (``key_id`` names it).
+
+    Reopen the engine with a codec that holds that key (keep old keys in
+    ``keys=`` after a rotation until every record written with them is gone).
+    """
+
+    def __init__(self, key_id: str, message: str | None = None) -> None:
+        self.key_id = key_id
+        super().__init__(message or (
+            f"a payload is encrypted with key {key_id!r}, which the codec does not have: open the "
+            f"engine with a codec whose keys include {key_id!r} (keep retired keys in keys= until "
+            "no record written with them remains)"
+        ))
+
+
+class DecryptionFailed(CodecError):
+    """A payload's ciphertext does not decrypt: it was changed, cut, or the key is not the one it names.
+
+    ``key_id`` names the key the payload says it was encrypted with (None when
+    even that could not be read).
+    """
+
+    def __init__(self, message: str, key_id: str | None = None) -> None:
+        self.key_id = key_id
+        super().__init__(message)
 # --- the operator's tools (HTTP API and CLI) -----------------------------------
 
 

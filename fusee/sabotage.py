@@ -35,6 +35,12 @@ class Sabotage:
     resume_unreported_progress: bool = False
     #: ``reset`` delivers the signals that arrived after the cut twice.
     reapply_signal_twice: bool = False
+    #: A synchronous step function that blocked the event loop keeps running on it.
+    inline_never_demoted: bool = False
+    #: A step function lent the loop's thread starts without handing what is pending to the disk.
+    inline_step_holds_flush: bool = False
+    #: Stream readers are shown chunks that are not durable yet (a crash may take them back).
+    stream_shows_nondurable: bool = False
     #: A read-only open takes the directory's lock (shared), as inspections once did:
     #: a live engine's lock then refuses the operator's read.
     read_only_locks: bool = False

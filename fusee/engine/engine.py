@@ -22,9 +22,11 @@ from fusee.core import journal as jm
 from fusee.core import records as rec
 from fusee.definitions import QueryDef, SignalDef, UpdateDef, WorkflowDef
 from fusee.durations import to_ms
+from fusee.encryption import Codec, check_codec
 from fusee.engine import periodic, visibility
 from fusee.engine.visibility import Metrics, RunPage
 from fusee.errors import (
+    CodecError,
     CompletionFailed,
     CorruptRecord,
     EngineClosed,
@@ -43,6 +45,7 @@ from fusee.runtime.streams import durable_chunks
 from fusee.runtime.table import dedup_key
 from fusee.runtime.tokens import parse_token
 from fusee.runtime.wfloop import WorkflowLoop
+from fusee.storage import flush_modes
 from fusee.storage.committer import GroupCommitter
 from fusee.storage.directory import existing_shards
 from fusee.storage.log import RESTORE_ADVICE, SharedLog
@@ -192,7 +195,8 @@ class Engine:
         shards: int | None = None,
         env: Env | None = None,
         retry: Retry | None = None,
-        inline_sync_steps: bool = False,
+        inline_sync_steps: bool | None = None,
+        flush: str | None = None,
         step_threads: int = DEFAULT_STEP_THREADS,
         truncate_corrupt: bool = False,
         segment_bytes: int | None = None,
@@ -205,6 +209,7 @@ class Engine:
         retention: float | None = None,
         read_only: bool = False,
         keep_history: bool = True,
+        codec: Codec | None = None,
     ) -> _Opening:
         """Opens (or creates) the engine directory ``path`` and recovers it.
 
@@ -232,6 +237,14 @@ class Engine:
         memory and in checkpoints (the log keeps everything until the next
         checkpoint). Queries of ended runs, and ``reset``/``fork`` of ended
         runs, then raise :class:`fusee.HistoryUnavailable`.
+
+        ``codec`` (a :class:`fusee.Codec`, e.g. :class:`fusee.AesGcmCodec`)
+        encodes every payload the engine stores (inputs, results, errors,
+        signal, update and completion values, heartbeats, stream chunks,
+        attributes) and decodes it when read back; IDs, names and record kinds
+        stay readable. A directory written without a codec opens with one (old
+        records stay readable); a payload whose key the codec lacks raises
+        :class:`fusee.errors.MissingKey` naming the key ID.
         """
         return _Opening(
             cls._open(
@@ -241,6 +254,7 @@ class Engine:
                 env=env,
                 retry=retry,
                 inline_sync_steps=inline_sync_steps,
+                flush=flush,
                 step_threads=step_threads,
                 truncate_corrupt=truncate_corrupt,
                 segment_bytes=segment_bytes,
@@ -253,6 +267,7 @@ class Engine:
                 retention=retention,
                 read_only=read_only,
                 keep_history=keep_history,
+                codec=codec,
             )
         )
 
@@ -265,7 +280,8 @@ class Engine:
         shards: int | None,
         env: Env | None,
         retry: Retry | None,
-        inline_sync_steps: bool,
+        inline_sync_steps: bool | None,
+        flush: str | None,
         step_threads: int,
         truncate_corrupt: bool,
         segment_bytes: int | None,
@@ -278,6 +294,7 @@ class Engine:
         retention: float | None,
         read_only: bool = False,
         keep_history: bool = True,
+        codec: Codec | None = None,
     ) -> Engine:
         registry: dict[tuple[str, int], WorkflowDef[Any, Any]] = {}
         for w in workflows:
@@ -292,6 +309,7 @@ class Engine:
                     "give the newer one @fusee.workflow(name, version=N)"
                 )
             registry[key] = w
+        codec = check_codec(codec)
         if not isinstance(checkpoint_every, int) or checkpoint_every < 1:
             raise ValueError(f"checkpoint_every must be a positive int, got {checkpoint_every!r}")
         interval = periodic.check_interval(checkpoint_interval)
@@ -299,6 +317,8 @@ class Engine:
             raise ValueError(f"checkpoint_bytes must be a positive int, got {checkpoint_bytes!r}")
         if shards is not None and (not isinstance(shards, int) or isinstance(shards, bool) or shards < 1):
             raise ValueError(f"shards must be a positive int, got {shards!r}")
+        if inline_sync_steps not in (None, True, False):
+            raise TypeError(f"inline_sync_steps must be True, False or None, got {inline_sync_steps!r}")
         if retry is not None and not isinstance(retry, Retry):
             raise TypeError(f"retry must be a fusee.Retry, got {retry!r}")
         own_env = env is None
@@ -311,7 +331,10 @@ class Engine:
                 from fusee.storage.posix import PosixStorage
 
                 storage = PosixStorage()
-            env = RealEnv(storage, inline_sync_steps=inline_sync_steps, step_threads=step_threads)
+            env = RealEnv(storage, inline_sync_steps=inline_sync_steps, step_threads=step_threads,
+                          flush=flush)
+        elif flush is not None:
+            raise ValueError("flush=... applies to the engine's own Env: with env=..., set the Env's flush_mode")
         dir_path = MEMORY_PATH if path is None else os.fspath(path)
         # Segments are preallocated: 64 MiB on a disk, 1 MiB in memory (an engine
         # for tests opens in a millisecond instead of zeroing 64 MiB).
@@ -342,7 +365,9 @@ class Engine:
         self._committer = GroupCommitter(
             log,
             run_blocking=env.run_step if sabotage.active.flush_shares_step_pool else env.run_io,
-            inline=env.inline_flush,
+            mode=getattr(env, "flush_mode", None) or (
+                flush_modes.INLINE if env.inline_flush else flush_modes.BACKGROUND),
+            wait_job=getattr(env, "wait_flush", None),
             on_durable=lambda durable: self._rt.on_durable(durable),
         )
         self._rt = Runtime(
@@ -355,6 +380,7 @@ class Engine:
             max_loaded=max_loaded,
             retention=retention,
             checkpoint_every=checkpoint_every,
+            codec=codec,
         )
         self._rt.keep_history = bool(keep_history)
         try:
@@ -406,16 +432,19 @@ class Engine:
         if recovery.checkpoint is not None:
             try:
                 self._rt.load_checkpoint(recovery.checkpoint)
+            except CodecError:
+                raise  # a key is missing, or a payload does not decrypt: the error says which
             except Exception as e:  # a valid checksum over content this code cannot read
                 raise LogCorrupted(ckpt_path, 0, f"the checkpoint's content does not decode "
                                    f"({type(e).__name__}: {e})", RESTORE_ADVICE) from e
         at = 0
+        decode = self._rt.sealer.decode
 
         def decoded() -> Generator[tuple[int, int, rec.Record], None, None]:
             nonlocal at
             for i, (shard, lsn, data) in enumerate(recovery.records):
                 at = i
-                r = rec.decode(data)
+                r = decode(data)
                 if type(r) is rec.Start and not r.id:
                     raise CorruptRecord("a Start record with an empty workflow ID")
                 yield shard, lsn, r
@@ -1091,7 +1120,15 @@ class Engine:
 
     @property
     def stats(self) -> dict[str, int]:
-        return dict(self._rt.stats)
+        """Counters since open: steps, replays, runs started, parks, wakes, checkpoints, and where
+        synchronous step functions ran (``sync_inline``, ``sync_pooled``, ``sync_demoted``) and
+        how flushes ran (``flushes``, ``inline_flushes``, ``flush_waits``)."""
+        out = dict(self._rt.stats)
+        policy = self._rt.steps.sync_policy
+        out.update(sync_inline=policy.inline_runs, sync_pooled=policy.pool_runs, sync_demoted=policy.demoted,
+                   flushes=self._committer.flushes, inline_flushes=self._committer.inline_flushes,
+                   flush_waits=self._committer.blocking_waits)
+        return out
 
     # --- checkpoints and closing ------------------------------------------------
 

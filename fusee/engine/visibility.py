@@ -38,6 +38,7 @@ import msgspec
 
 from fusee.core import records as rec
 from fusee.errors import InvalidQuery
+from fusee.runtime import sealing
 from fusee.runtime.index import value_key
 
 if TYPE_CHECKING:
@@ -339,8 +340,9 @@ def times_of(rt: Runtime, st: WorkflowState) -> tuple[int | None, int | None]:
     if st.packed is not None:
         # Only the first and the last record are needed: the others stay encoded.
         items = msgspec.msgpack.decode(st.packed, type=list[tuple[int, bytes]])
-        first = rec.decode(items[0][1]) if items else None
-        last = rec.decode(items[-1][1]) if items else None
+        # Times stay readable in sealed records: no payload is decrypted for them.
+        first = sealing.peek(items[0][1]) if items else None
+        last = sealing.peek(items[-1][1]) if items else None
     else:
         first = st.journal[0] if st.journal else None
         last = st.journal[-1] if st.journal else None

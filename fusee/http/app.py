@@ -376,7 +376,8 @@ def _safe(name: str) -> str:
 
 class TokenCheck:
     """Refuses every HTTP request without ``Authorization: Bearer <token>`` (401, JSON), before
-    any handler runs. A browser may send the token as the ``fusee_token`` cookie instead."""
+    any handler runs. A browser sends the token as the ``fusee_token`` cookie instead: opening
+    any page once with ``?token=<token>`` sets it (HttpOnly, SameSite=Strict)."""
 
     def __init__(self, app: ASGIApp, token: str) -> None:
         self.app = app
@@ -386,6 +387,16 @@ class TokenCheck:
         if scope["type"] not in ("http", "websocket") or self._allowed(scope):
             await self.app(scope, receive, send)
             return
+        if scope["type"] == "http" and self._in_query(scope):
+            cookie = (b"fusee_token=" + self.token + b"; Path=/; HttpOnly; SameSite=Strict")
+
+            async def send_with_cookie(message: Any) -> None:
+                if message["type"] == "http.response.start":
+                    message = {**message, "headers": [*message.get("headers", []), (b"set-cookie", cookie)]}
+                await send(message)
+
+            await self.app(scope, receive, send_with_cookie)
+            return
         if scope["type"] == "websocket":
             await send({"type": "websocket.close", "code": 1008})
             return
@@ -394,6 +405,13 @@ class TokenCheck:
             "this API needs its token: send the header 'Authorization: Bearer <token>'",
             "Authorization", headers={"WWW-Authenticate": "Bearer"})
         await response(scope, receive, send)
+
+    def _in_query(self, scope: Scope) -> bool:
+        from urllib.parse import parse_qsl
+
+        query = scope.get("query_string", b"").decode("latin-1")
+        return any(k == "token" and hmac.compare_digest(v.encode(), self.token)
+                   for k, v in parse_qsl(query))
 
     def _allowed(self, scope: Scope) -> bool:
         headers = dict(scope.get("headers") or ())

@@ -27,7 +27,7 @@ _KEPT = (rec.Start, rec.Child, rec.ChildDone, rec.Send, rec.Done)
 def trim(rt: Runtime, st: WorkflowState) -> None:
     """Drops the ended run's records that nothing needs any more (see the module's doc)."""
     if st.packed is not None:
-        journal, lsns = unpack(st.packed)
+        journal, lsns = unpack(st.packed, rt.sealer)
     else:
         journal, lsns = st.journal, st.lsns
     keep = [i for i, r in enumerate(journal) if type(r) in _KEPT]
@@ -36,7 +36,7 @@ def trim(rt: Runtime, st: WorkflowState) -> None:
     journal = [journal[i] for i in keep]
     lsns = [lsns[i] for i in keep]
     if st.packed is not None:
-        st.packed = pack(journal, lsns)
+        st.packed = pack(journal, lsns, rt.sealer)
     else:
         st.journal, st.lsns = journal, lsns
 

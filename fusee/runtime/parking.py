@@ -92,7 +92,7 @@ def park_all(rt: Runtime) -> None:
 def pack_state(rt: Runtime, st: WorkflowState) -> None:
     """Keeps the journal encoded (the run's code is not in memory)."""
     st.outbox = has_outbox(st)
-    st.packed = pack(st.journal, st.lsns)
+    st.packed = pack(st.journal, st.lsns, rt.sealer)
     # Shared and never appended to while packed: a parked run costs no lists.
     st.journal, st.lsns = NO_RECORDS, NO_LSNS
 

@@ -53,7 +53,7 @@ def load_records(rt: Runtime, records: Iterable[tuple[int, int, rec.Record]]) ->
             continue  # a record of a run a later start replaced
         if st2.packed is not None:
             # New records for a parked run: it replays at open.
-            st2.journal, st2.lsns = unpack(st2.packed)
+            st2.journal, st2.lsns = unpack(st2.packed, rt.sealer)
             st2.packed = None
         st2.journal.append(r)
         st2.lsns.append(lsn)
@@ -129,7 +129,7 @@ def checkpoint_state(rt: Runtime) -> bytes:
             journal = st.packed
             wake = st.wake_ms if st.status is None else -1
         else:
-            journal = pack(st.journal, st.lsns)
+            journal = pack(st.journal, st.lsns, rt.sealer)
             run = st.run
             # A suspended run needs no replay to go on: the next open keeps it parked.
             wake = parking.wake_time(rt, run) if run is not None and parking.parkable(rt, run) else -1
@@ -137,7 +137,8 @@ def checkpoint_state(rt: Runtime) -> bytes:
         out.append(
             CheckpointEntry(
                 st.id, st.shard, st.wtype, st.run_id, st.parent, status, wake, journal,
-                has_outbox(st), st.code, st.version, rt.index.encoded(st.id),
+                has_outbox(st), st.code, st.version, rt.sealer.seal_bytes(rt.index.encoded(st.id)),
+                rt.sealer.codec is not None,
             )
         )
     return msgspec.msgpack.encode(out)
@@ -161,11 +162,12 @@ def load_checkpoint(rt: Runtime, state: bytes) -> None:
         rt.by_run[e.run_id] = st
         st.outbox = outbox
         if e.attributes:
-            rt.index.replace(e.id, decode_attributes(e.attributes))
+            attributes = rt.sealer.open_bytes(e.attributes) if e.sealed else e.attributes
+            rt.index.replace(e.id, decode_attributes(attributes))
         if e.status >= 0:
             st.packed = e.journal
             st.status = rec.Status(e.status)
-            journal, lsns = unpack(e.journal)
+            journal, lsns = unpack(e.journal, rt.sealer)
             done = journal[-1]
             if isinstance(done, rec.Done):
                 st.payload = done.payload
@@ -179,4 +181,4 @@ def load_checkpoint(rt: Runtime, state: bytes) -> None:
             if e.wake_ms > 0:
                 rt.timers.push(e.wake_ms, WAKE, e.id, e.run_id)
         else:
-            st.journal, st.lsns = unpack(e.journal)
+            st.journal, st.lsns = unpack(e.journal, rt.sealer)

@@ -5,16 +5,22 @@ from __future__ import annotations
 import msgspec
 
 from fusee.core import records as rec
+from fusee.runtime.sealing import Sealer
 
 
-def pack(journal: list[rec.Record], lsns: list[int]) -> bytes:
-    """A run's journal as one bytes object: what a parked or finished run keeps in memory."""
-    return msgspec.msgpack.encode([(lsn, rec.encode(r)) for lsn, r in zip(lsns, journal, strict=True)])
+def pack(journal: list[rec.Record], lsns: list[int], sealer: Sealer) -> bytes:
+    """A run's journal as one bytes object: what a parked or finished run keeps in memory.
+
+    Its records are as at rest (``sealer``): a checkpoint writes it as it is.
+    """
+    enc = sealer.encode
+    return msgspec.msgpack.encode([(lsn, enc(r)) for lsn, r in zip(lsns, journal, strict=True)])
 
 
-def unpack(packed: bytes) -> tuple[list[rec.Record], list[int]]:
+def unpack(packed: bytes, sealer: Sealer) -> tuple[list[rec.Record], list[int]]:
     items = msgspec.msgpack.decode(packed, type=list[tuple[int, bytes]])
-    return [rec.decode(data) for _, data in items], [lsn for lsn, _ in items]
+    dec = sealer.decode
+    return [dec(data) for _, data in items], [lsn for lsn, _ in items]
 
 
 class CheckpointEntry(msgspec.Struct, array_like=True, gc=False):
@@ -41,3 +47,5 @@ class CheckpointEntry(msgspec.Struct, array_like=True, gc=False):
     #: The run's merged search attributes (codec-encoded JSON object; b"": none),
     #: so that the attribute index is rebuilt at open without unpacking journals.
     attributes: bytes = b""
+    #: ``attributes`` went through the engine's payload codec (``fusee.runtime.sealing``).
+    sealed: bool = False

@@ -109,3 +109,11 @@ class Plan:
     counters: Callable[[], dict[str, int]] = lambda: {}
     #: The mock service whose effects the step checkers read (``fusee.sim.service.Service``), if any.
     service: Any = None
+    #: More ``Engine.open`` options for every life (a payload codec, say).
+    engine_options: dict[str, Any] = dataclasses.field(default_factory=dict)
+    #: Called with the world once each life's engine is open (stream readers reconnect).
+    on_open: list[Callable[[Any], None]] = dataclasses.field(default_factory=list)
+    #: More checks after every recovery and at the end: (world, snapshot, final) -> violations.
+    checks: list[Callable[[Any, Any, bool], list[str]]] = dataclasses.field(default_factory=list)
+    #: What the plan still waits for besides the workflows' results (the world settles until none).
+    unfinished: Callable[[], list[str]] = lambda: []

@@ -52,12 +52,22 @@ class Report:
     terminates: int = 0
     #: Synchronous step functions the simulated step pool ran.
     sync_steps: int = 0
+    #: Synchronous step functions run on the loop's thread, and flushes it blocked for (pipeline).
+    inline_steps: int = 0
+    flush_waits: int = 0
     #: Graceful closes (each followed by a reopen), and requests refused during one.
     closes: int = 0
     calls_refused: int = 0
     #: Closes that began while a step function ran, and cancels acknowledged while one of their run's did.
     closes_mid_step: int = 0
     cancels_mid_step: int = 0
+    #: Stream chunks readers got, streams read to their end, and reads again from an earlier offset.
+    chunks_read: int = 0
+    streams_read: int = 0
+    stream_rereads: int = 0
+    #: Payloads the simulated codec encoded (a third of seeds run one) and its key rotations.
+    payloads_encoded: int = 0
+    key_rotations: int = 0
     #: Completions accepted, and ones refused (a duplicate or a stale token).
     completions: int = 0
     completions_refused: int = 0
@@ -97,6 +107,8 @@ COVERAGE = (
     "client_retries",
     "terminates",
     "sync_steps",
+    "inline_steps",
+    "flush_waits",
     "closes",
     "calls_refused",
     "closes_mid_step",
@@ -106,6 +118,11 @@ COVERAGE = (
     "resumed_exports",
     "resets",
     "signals_reapplied",
+    "chunks_read",
+    "streams_read",
+    "stream_rereads",
+    "payloads_encoded",
+    "key_rotations",
 )
 
 

@@ -17,6 +17,8 @@ import fusee
 from fusee.sim.config import SimConfig
 from fusee.sim.plan import Cancel, Complete, Plan, Query, Reset, Signal, Start, Terminate, Update
 from fusee.sim.service import Service, TransientError, stable_hash
+from fusee.sim.simcodec import SimCodec
+from fusee.sim.streams import Streams, talker_workflow
 
 approve = fusee.signal("approve", int)
 close = fusee.signal("close", int)
@@ -77,8 +79,11 @@ def build(cfg: SimConfig) -> Plan:
             return ctx.step(name, blocking, retry=retry(fail_first + 2))
 
         async def fn(info: Any) -> int:
-            # The service takes a little simulated time, depending on load.
-            await asyncio.sleep(((svc.total + value) % 3) / 1000.0)
+            # The service takes a little simulated time, depending on load; or
+            # none, and the function returns without suspending (a cache hit).
+            delay = ((svc.total + value) % 3) / 1000.0
+            if delay:
+                await asyncio.sleep(delay)
             return svc.call(info.key, value, fail_first, name=name)
 
         return ctx.step(name, fn, retry=retry(fail_first + 2))
@@ -289,13 +294,25 @@ def build(cfg: SimConfig) -> Plan:
             total += got
         return total
 
-    workflows = [order, ship, fanout, pinger, counter, looper, patchy, kid, parent, reader, saga, approval, export, resettable]
+    talker = talker_workflow(cfg.seed, retry)
+    streams = Streams(cfg.seed)
+    workflows = [order, ship, fanout, pinger, counter, looper, patchy, kid, parent, reader, saga, approval, export, resettable, talker]
+    # A third of seeds encrypt payloads at rest, rotating the key at every crash.
+    sim_codec = SimCodec() if cfg.seed % 3 == 1 else None
     plan = Plan(
         workflows=workflows,
-        on_crash=[deployment.deploy],
-        service_violations=lambda: list(svc.violations),
+        on_crash=[deployment.deploy] + ([sim_codec.rotate] if sim_codec else []),
+        service_violations=lambda: [*svc.violations, *streams.violations],
         service=svc,
+        engine_options={"codec": sim_codec} if sim_codec else {},
+        on_open=[streams.on_open],
+        checks=[lambda world, snap, final: streams.check(snap, world.obs.results, final)]
+        + ([lambda world, snap, final: check_encrypted(world, final)] if sim_codec else []),
+        unfinished=streams.unfinished,
         counters=lambda: {
+            **streams.counters(),
+            "payloads_encoded": sim_codec.encoded if sim_codec else 0,
+            "key_rotations": sim_codec.rotations if sim_codec else 0,
             "reads_rerun": svc.reads_rerun,
             "service_calls": svc.total,
             "transient_failures": svc.failures,
@@ -310,7 +327,35 @@ def build(cfg: SimConfig) -> Plan:
         "saga": saga, "approval": approval, "export": export,
         "resettable": resettable,
     })
+    # Talkers and their readers draw from a stream of their own (older jobs keep their plan).
+    tr = random.Random(f"streams-{cfg.seed}")
+    span = max(1, cfg.duration_ms // 2)
+    for k in range(1 + tr.randrange(3)):
+        wid, n, t = f"talk-{k}", 3 + tr.randrange(10), tr.randrange(span)
+        plan.actions.append((t, Start(wid, talker, n, "talker")))
+        streams.plan(wid, n, t)
     return plan
+
+
+def check_encrypted(world: Any, final: bool) -> list[str]:
+    """With a codec, no payload is readable on the disk: a talker's progress chunks are looked for."""
+    if not final:
+        return []
+    from fusee.sim.world import DATA_DIR
+    from fusee.storage.seam import read_whole
+
+    disk = world.disk
+    out = []
+    todo = [DATA_DIR]
+    while todo:
+        d = todo.pop()
+        for name in disk.listdir(d):
+            path = f"{d}/{name}"
+            if disk.is_dir(path):
+                todo.append(path)
+            elif b'"generated"' in read_whole(disk, path):
+                out.append(f"{path} holds a stream chunk in plaintext although the engine has a codec")
+    return out
 
 
 def _plan_client(cfg: SimConfig, plan: Plan, defs: dict[str, Any]) -> None:

@@ -242,7 +242,8 @@ class World:
         if self._accepted is None:
             params = inspect.signature(fusee.Engine.open).parameters
             self._accepted = frozenset(params)
-        return self.cfg.engine_options(self._accepted)
+        extra = {k: v for k, v in self.plan.engine_options.items() if k in self._accepted}
+        return {**self.cfg.engine_options(self._accepted), **extra}
 
     def _open(self) -> None:
         """Starts a new life: a fresh loop and an engine recovering from the disk."""
@@ -252,7 +253,8 @@ class World:
             env = SimEnv(self.disk, random.Random(self.rng.getrandbits(64)), self.loop,
                          self._io_latency, message_latency=self._msg_latency,
                          clock_offset_ms=self.clock_offset_ms, after_io=self._after_io,
-                         step_slots=self.cfg.step_slots, step_latency=self._step_latency)
+                         step_slots=self.cfg.step_slots, step_latency=self._step_latency,
+                         inline_sync_steps=self.cfg.inline_sync_steps, flush_mode=self.cfg.flush_mode)
             self.env = env
             self.opening = True
             try:
@@ -279,6 +281,8 @@ class World:
             self.t = self.loop.now
             if self.faults and self.kill_rng.random() < 0.1:
                 self._second_writer()
+            for hook in self.plan.on_open:
+                hook(self)
             return
         raise self.fail("the engine could not be opened in 20 attempts")
 
@@ -376,11 +380,16 @@ class World:
         if (kind == _RESTART or self.restart_pending or self.opening
                 or (engine is not None and engine.failure is not None)):
             return []  # the log failed: what it had not flushed is lost, as promised
-        limit = self.t - self.cfg.durable_within_ms / 1000.0
-        return [e for e in self.svc.effects if e.life == self.life and e.ok and e.end <= limit]
+        bound = self.cfg.durable_within_ms / 1000.0
+        stalls = self.env.stalls if self.env is not None else []
+        # The loop's thread lent to a step function delays the next flush's start
+        # (one already in flight still completes): that time does not count.
+        return [e for e in self.svc.effects if e.life == self.life and e.ok
+                and self.t - e.end - checkers.stalled(stalls, e.end, self.t) >= bound]
 
     def _end_life(self) -> None:
         """The current life is over: its engine is gone and new code may be deployed."""
+        self._check_stalls()
         self.dead.append(self.loop)
         self._add_engine_stats()
         self.engine = None
@@ -391,6 +400,12 @@ class World:
         self.inflight.clear()
         for hook in self.plan.on_crash:
             hook()
+
+    def _check_stalls(self) -> None:
+        if self.env is not None and self.cfg.inline_sync_steps is None:
+            problems = checkers.check_inline_stalls(self.env.stalls)
+            if problems:
+                raise self.fail(problems[0])
 
     # --- graceful closes ----------------------------------------------------------
 
@@ -575,7 +590,7 @@ class World:
                 return
         if life != self.life:
             return
-        if during_close:
+        if during_close and answer != ("late", None):  # "late": the client's own answer, never sent
             self._fail_later(f"{_describe(action)} sent during a close was answered {answer!r}: "
                              "expected EngineClosed")
             return
@@ -754,6 +769,8 @@ class World:
         problems = checkers.check_all(self.obs, snap, self.plan.service_violations(), final=final)
         if extra is not None:
             problems += extra(snap)
+        for check in self.plan.checks:
+            problems += check(self, snap, final)
         svc = self.svc
         if svc is not None:
             problems += checkers.check_cancel_gate(svc.effects, self.obs.cancels, svc.cancels_seen)
@@ -762,11 +779,13 @@ class World:
             problems += checkers.check_resumes(svc.resumes, svc.progress)
             if final:
                 problems += checkers.check_step_outcomes(svc.effects, snap, self.crashed_lives)
+        if final:
+            self._check_stalls()
         if problems:
             raise self.fail(problems[0])
 
     def _all_done(self) -> bool:
-        if not all(self.acked):
+        if not all(self.acked) or self.plan.unfinished():
             return False
         for wid in self.obs.starts:
             if wid not in self.obs.results:
@@ -783,7 +802,7 @@ class World:
             for x in [wid, *(k for k, _ in self.obs.children.get(wid, ()))]:
                 if x not in self.obs.results:
                     out.append(f"{x} (no result)")
-        return out
+        return out + self.plan.unfinished()
 
     # --- the run ------------------------------------------------------------------
 
@@ -916,6 +935,8 @@ class World:
         """Adds the engine's counters of this life (replays, parks, checkpoints) to the report."""
         if self.env is not None:
             self.report.sync_steps += self.env.steps_run
+            self.report.inline_steps += self.env.steps_inline
+            self.report.flush_waits += self.env.flush_waits
             self.env = None
         stats = getattr(self.engine, "stats", None)
         if callable(stats):

@@ -255,6 +255,11 @@ async def test_a_token_is_checked_before_anything_runs(engine: fusee.Engine) -> 
         assert r.status_code == 201
         r = await c.get("/api/runs", headers={"Cookie": "fusee_token=s3cret"})
         assert r.status_code == 200 and len(r.json()["items"]) == 1
+        # A browser opens a page once with ?token=: the answer sets the cookie.
+        assert (await c.get("/api/runs?token=wrong")).status_code == 401
+        r = await c.get("/api/runs?token=s3cret")
+        assert r.status_code == 200
+        assert r.headers["set-cookie"].startswith("fusee_token=s3cret;") and "HttpOnly" in r.headers["set-cookie"]
 
 
 def test_the_app_serves_from_another_thread_than_the_engines(tmp_path: Path) -> None:
@@ -329,3 +334,13 @@ async def test_an_id_with_a_slash_is_addressed_as_percent_2f(engine: fusee.Engin
         assert await engine.get("acme/o-1").result() == "shipped"
         journal = (await c.get("/api/runs/acme%2Fo-1/journal")).json()
         assert journal["workflow_id"] == "acme/o-1"
+
+
+async def test_the_web_ui_is_served_at_ui(engine: fusee.Engine) -> None:
+    await engine.start(ops_app.order, "o-1", "acme")
+    async with client(engine, token="s3cret") as c:
+        assert (await c.get("/ui/")).status_code == 401
+        r = await c.get("/ui/?token=s3cret")
+        assert r.status_code == 200, r.text
+        assert r.headers["content-type"].startswith("text/html") and "o-1" in r.text
+        assert "fusee_token=s3cret" in r.headers["set-cookie"]
