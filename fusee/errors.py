@@ -413,6 +413,8 @@ class ObjectCallFailed(FuseeError):
         self.type_name = type_name
         self.error_message = error_message
         super().__init__(message)
+
+
 # --- telemetry ------------------------------------------------------------
 
 
@@ -422,3 +424,33 @@ class TelemetryUnavailable(FuseeError, ImportError):
     Install the extra (``pip install 'fusee[otel]'``, which brings ``opentelemetry-api``) and
     configure a tracer or meter provider, or open the engine with ``telemetry=False``.
     """
+
+
+# --- the operator's tools (HTTP API and CLI) -----------------------------------
+
+
+class InsecureBind(FuseeError, ValueError):
+    """``fusee serve`` (or ``fusee.http.serve``) was asked to listen on an address other
+    machines reach, without a token: anyone there could start, signal or terminate runs.
+    Pass ``--token`` (or ``FUSEE_TOKEN``), or listen on a loopback address (127.0.0.1)."""
+
+
+class ApiError(FuseeError):
+    """A Fusee HTTP API answered with an error.
+
+    ``status`` is the HTTP status, ``type`` the error's type name as the server
+    named it (``NotFound``, ``InvalidQuery``, ...), ``field`` the request field at
+    fault (None when no one field is).
+    """
+
+    def __init__(self, status: int, type: str, message: str, field: str | None = None) -> None:
+        self.status = status
+        self.type = type
+        self.field = field
+        self.message = message
+        super().__init__(message)
+
+
+class ReadOnlyTarget(FuseeError):
+    """A command that changes runs was pointed at a directory: a directory is read offline and
+    read-only. Point the command at the running application instead (``--url http://...``)."""

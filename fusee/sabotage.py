@@ -53,6 +53,9 @@ class Sabotage:
     #: A run replayed (after a crash, or woken from parking) starts a new trace instead of
     #: continuing the one journaled in its Start record.
     lose_trace_on_replay: bool = False
+    #: A read-only open takes the directory's lock (shared), as inspections once did:
+    #: a live engine's lock then refuses the operator's read.
+    read_only_locks: bool = False
 
 
 #: The switches in force. Engine code reads them; only tests write them.

@@ -23,9 +23,9 @@ def test_runs_and_journal_show_an_engine_directory(tmp_path: Path, capsys: pytes
             await engine.execute(greet, "g-1", "ada")
 
     asyncio.run(setup())
-    assert main(["runs", str(tmp_path)]) == 0
-    line = capsys.readouterr().out.strip()
-    assert line.startswith("g-1\tgreet\tok\t")
+    assert main(["runs", str(tmp_path), "--json"]) == 0
+    items = json.loads(capsys.readouterr().out)["items"]
+    assert [(s["workflow_id"], s["workflow"], s["status"]) for s in items] == [("g-1", "greet", "ok")]
     assert main(["journal", str(tmp_path), "g-1"]) == 0
     records = json.loads(capsys.readouterr().out)
     assert [r["kind"] for r in records] == ["Start", "Step", "Done"]

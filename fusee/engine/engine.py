@@ -236,7 +236,8 @@ class Engine(ObjectCalls, LimitCalls):
         if ``path`` is a file or a non-empty directory that no engine created
         (it is left untouched). ``read_only=True`` opens an existing directory
         for inspection (``runs``, ``describe``, ``journal``): nothing is
-        written and no workflow code runs.
+        written or locked and no workflow code runs; a directory another process
+        has open is read too (see :attr:`live`).
 
         ``checkpoint_interval`` (seconds) also writes one that often while
         records were appended since the last one.
@@ -1165,6 +1166,12 @@ class Engine(ObjectCalls, LimitCalls):
         """The I/O error that failed the engine's log (then nothing more is acknowledged:
         close and reopen), or None."""
         return self._log.failed
+
+    @property
+    def live(self) -> bool:
+        """Opened ``read_only`` on a directory that another process has open: this engine
+        shows what its log held at the open (the other process may have written more)."""
+        return self._log.dir.live
 
     @property
     def stats(self) -> dict[str, int]:

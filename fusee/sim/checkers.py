@@ -697,3 +697,18 @@ def check_limit_fairness(grants: list[tuple[int, Any]], weights: dict[str, int])
         since[(life, limit, prio, key)] = 0
         others[(life, limit, prio, key)] = set()
     return []
+def check_live_read(durable: list[int], seen: list[int] | None, refused: str | None, changed: bool) -> list[str]:
+    """An operator's read-only open of the directory while the engine lives (``fusee runs DIR``):
+    it is not refused, changes nothing on the disk, and sees (per shard) at least every record
+    the engine had made durable when it read (``seen``: the end of its scan)."""
+    problems = []
+    if refused is not None:
+        problems.append(f"a read-only inspection of the live directory was refused: {refused}")
+    if changed:
+        problems.append("a read-only inspection of the live directory changed files on the disk")
+    if seen is not None:
+        for shard, (d, s) in enumerate(zip(durable, seen, strict=True)):
+            if s < d:
+                problems.append(f"a read-only inspection of the live directory read shard {shard} up to "
+                                f"record {s}, but the engine had made records up to {d} durable")
+    return problems

@@ -330,6 +330,7 @@ class World:
         else:
             self.report.crashes += 1
         due = self._due_at_crash(kind)
+        self._live_read()
         self.crashed_lives.add(self.life)
         self._end_life()
         if kind == _RESTART or self.disk.killed or self.kill_rng.random() < 0.5:
@@ -355,6 +356,42 @@ class World:
         bound = self.cfg.durable_within_ms
         self._after_recovery(lambda snap: checkers.check_durable(
             due, snap, f"more than {bound:.1f} ms before the crash at {self.t * 1000:.3f} ms"))
+
+    def _live_read(self) -> None:
+        """An operator reads the directory (``fusee runs DIR``) while the engine has it open."""
+        engine = self.engine
+        if engine is None or self.opening or self.disk.killed:
+            return
+        log = engine._log
+        durable = [log.durable(s) for s in range(log.shards)]
+        before = self._disk_state()
+        seen: list[int] | None = None
+        refused: str | None = None
+        try:
+            reader, _ = SharedLog.open(self.disk, DATA_DIR, log.shards, segment_bytes=self.cfg.segment_bytes,
+                                       read_only=True, rng=random.Random(0))
+        except errors.DirectoryLocked as e:
+            refused = str(e)
+        else:
+            seen = [reader.durable(s) for s in range(log.shards)]
+            reader.close()
+        problems = checkers.check_live_read(durable, seen, refused, self._disk_state() != before)
+        if problems:
+            raise self.fail(problems[0])
+        self.log(f"an operator read the live directory: records up to {seen}")
+
+    def _disk_state(self) -> tuple[Any, ...]:
+        """What a reader must leave as it was: the files, their sizes, the writes made."""
+        files = []
+        for d in (DATA_DIR, f"{DATA_DIR}/log", f"{DATA_DIR}/blobs"):
+            if self.disk.exists(d):
+                for name in self.disk.listdir(d):
+                    path = f"{d}/{name}"
+                    if not self.disk.is_dir(path):
+                        fh = self.disk.open(path)
+                        files.append((path, self.disk.size(fh)))
+                        self.disk.close(fh)
+        return (tuple(files), self.disk.stats.writes, self.disk.stats.bytes_written)
 
     def _due_at_crash(self, kind: str) -> list[Any]:
         """Effects of this life whose steps finished long enough before the crash to be durable."""

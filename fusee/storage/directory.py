@@ -9,7 +9,8 @@
     <dir>/blobs/        large records, <life>-<n>.blob
 
 The lock is a ``flock`` on the directory itself, so deleting ``lock`` cannot
-let a second writer in. A directory is ours only if it holds our meta file:
+let a second writer in. A read-only open takes no lock: it reads what the
+append-only log holds, even while a writer has the directory open. A directory is ours only if it holds our meta file:
 anything else that is not empty is refused untouched.
 """
 
@@ -43,6 +44,8 @@ class EngineDirectory:
         self.path = path.rstrip("/") or "/"
         self.shards = shards
         self.read_only = read_only
+        #: Opened read-only while a writer holds the directory (its log may grow meanwhile).
+        self.live = False
         self._lock: LockHandle | None = lock
 
     @property
@@ -62,7 +65,8 @@ class EngineDirectory:
         if another process (or another open in this one) holds it,
         ``ShardCountMismatch`` if it was created with another shard count,
         ``InvalidMeta`` if its meta file is damaged. ``read_only`` writes
-        nothing at all: the directory must exist and be an engine directory.
+        nothing at all and takes no lock: the directory must exist and be an engine
+        directory, and may be held by a live writer (then ``live`` is True).
         """
         if not isinstance(shards, int) or not 1 <= shards <= MAX_SHARDS:
             raise ValueError(f"shards must be an int from 1 to {MAX_SHARDS}, not {shards!r}")
@@ -78,6 +82,13 @@ class EngineDirectory:
             parent = posixpath.dirname(path)
             if parent and not sabotage.active.skip_dir_fsync:
                 storage.fsync_dir(parent)  # the new directory's name survives a crash
+        if read_only and not sabotage.active.read_only_locks:
+            # No lock at all: a reader must neither be refused by a live writer nor keep one
+            # from opening. The log is append-only, so what a scan reads stays true.
+            d = cls(storage, path, None, shards, read_only)
+            d._setup()
+            d.live = storage.held(path)
+            return d
         lock = storage.lock(path, shared=read_only)
         try:
             d = cls(storage, path, lock, shards, read_only)

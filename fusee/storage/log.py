@@ -48,6 +48,8 @@ _NEWEST = struct.Struct("<8sQI")
 _NEWEST_MAGIC = b"FUSENEWS"
 #: How much of a segment recovery reads at once past the batches (a multiple of every align).
 _CHUNK = 1 << 20
+#: How many times a read-only open scans a live directory before reporting what it met.
+LIVE_SCAN_TRIES = 8
 #: Advice where truncating cannot help.
 RESTORE_ADVICE = ("truncate_corrupt=True cannot repair this. Restore the named file (or the whole "
                   "directory) from a backup.")
@@ -237,6 +239,8 @@ class SharedLog:
                   blob_threshold=blob_threshold, align=align, rng=rng)
         log.read_only = read_only
         try:
+            if read_only and directory.live:
+                return log, log._recover_live()
             recovery = log._recover(truncate_corrupt)
             if not read_only:
                 log._start_segment()
@@ -293,6 +297,20 @@ class SharedLog:
         self._last_segment = scan.chain_end
         rec.blobs = scan.blob_reads
         return rec
+
+    def _recover_live(self) -> Recovery:
+        """``_recover`` of a directory a writer holds: its scan may meet the writer's
+        checkpoint removing segments, or a batch half written; both pass, so scan again."""
+        for attempt in range(LIVE_SCAN_TRIES):
+            try:
+                return self._recover(False)
+            except (OSError, StorageError):
+                if attempt == LIVE_SCAN_TRIES - 1:
+                    raise
+                self._dead.clear()
+                self._segments.clear()
+                time.sleep(0.01 * (attempt + 1))
+        raise AssertionError("unreachable")
 
     def _read_newest(self) -> int | None:
         """The newest segment whose creation completed, per ``log/newest`` (None: no note)."""

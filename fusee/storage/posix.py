@@ -120,6 +120,35 @@ class PosixStorage:
     def unlock(self, handle: LockHandle) -> None:
         os.close(handle)
 
+    def held(self, directory: str) -> bool:
+        """Reads the kernel's table of locks (``/proc/locks``) for a write ``flock`` on the
+        directory's inode; where there is no such table, whether the PID in its ``lock``
+        file is a live process (a crashed writer's PID may have been reused: a guess)."""
+        st = os.stat(directory)
+        try:
+            with open("/proc/locks") as f:
+                table = f.read()
+        except OSError:
+            pid = _read_pid(os.path.join(directory, "lock"))
+            if pid is None:
+                return False
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                return False
+            except PermissionError:
+                return True
+            return True
+        inode = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+        for line in table.splitlines():
+            # "1: FLOCK  ADVISORY  WRITE 1234 08:01:5678 0 EOF" (blocked waiters start with "->")
+            parts = line.split()
+            if "->" in parts:
+                continue
+            if len(parts) >= 6 and parts[1] == "FLOCK" and parts[3] == "WRITE" and parts[5] == inode:
+                return True
+        return False
+
 
 def _read_pid(path: str) -> int | None:
     try:

@@ -111,6 +111,11 @@ class Storage(Protocol):
         """Releases a lock taken by ``lock``."""
         ...
 
+    def held(self, directory: str) -> bool:
+        """Whether a writer holds ``directory``'s lock now, found without taking or waiting for
+        any lock (a read-only inspection must not delay a writer that opens meanwhile)."""
+        ...
+
 
 def read_whole(storage: Storage, path: str) -> bytes:
     """The whole content of the file at ``path``."""

@@ -348,6 +348,10 @@ class SimDisk:
         if held is not None and held[1] > 1:
             self._locks[handle] = (held[0], held[1] - 1)
 
+    def held(self, directory: str) -> bool:
+        held = self._locks.get(_norm(directory))
+        return held is not None and held[0] == "exclusive"
+
     # --- inspection (tests) ---------------------------------------------------
 
     def durable_bytes(self, path: str) -> bytes | None:

@@ -1,0 +1,574 @@
+"""The ``fusee`` command's commands (click): list, inspect and act on runs.
+
+Every command that reads runs takes a target: a directory (read offline and
+read-only: nothing is created, locked or written, and a directory a live
+process has open is read too) or ``--url http://...`` (a running application's
+HTTP API, with ``--token``). Commands that change runs need ``--url``. Errors
+are one line on stderr and exit code 1 (2 for a usage mistake).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import Any, NoReturn
+
+import click
+
+from fusee import errors
+
+#: Environment variables that stand for --url and --token.
+URL_ENV = "FUSEE_URL"
+TOKEN_ENV = "FUSEE_TOKEN"
+
+
+class Failure(Exception):
+    """A command failed: its message is printed as one line, exit code 1."""
+
+
+def _fail(message: str) -> NoReturn:
+    raise Failure(message)
+
+
+# --- targets ---------------------------------------------------------------------
+
+_url = click.option("--url", envvar=URL_ENV, metavar="URL",
+                    help=f"A running application's HTTP API, e.g. http://127.0.0.1:8233 (or ${URL_ENV}).")
+_token = click.option("--token", envvar=TOKEN_ENV, metavar="TOKEN",
+                      help=f"The API's bearer token (or ${TOKEN_ENV}).")
+_json = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+
+
+def _is_url(text: str) -> bool:
+    return text.startswith(("http://", "https://"))
+
+
+def _target(args: tuple[str, ...], url: str | None, token: str | None, names: tuple[str, ...]) -> tuple[Any, list[str]]:
+    """The target (from ``--url`` or a leading DIR/URL argument) and the remaining arguments,
+    which must be exactly ``names``."""
+    from fusee.cli.targets import Api, Directory
+
+    rest = list(args)
+    where: str | None = None
+    ctx = click.get_current_context(silent=True)
+    if (url is not None and len(rest) == len(names) + 1 and ctx is not None
+            and ctx.get_parameter_source("url") == click.core.ParameterSource.ENVIRONMENT):
+        url = None  # a target on the command line wins over $FUSEE_URL
+    if url is None and len(rest) == len(names) + 1:
+        where = rest.pop(0)
+    elif url is None:
+        then = f", then {' '.join(n.upper() for n in names)}" if names else ""
+        _fail(f"give a directory to read (offline) or --url http://HOST:PORT of a running application{then}")
+    if len(rest) != len(names):
+        _fail(f"expected {' '.join(n.upper() for n in names) or 'no more arguments'}, got {' '.join(rest) or 'nothing'}")
+    if url is not None:
+        return Api(url, token), rest
+    assert where is not None
+    if _is_url(where):
+        return Api(where, token), rest
+    target = Directory(where)
+    if target.live:
+        click.echo(f"note: {where} is open in a live process; this shows what its log held when read "
+                   "(read-only: nothing was locked or written)", err=True)
+    return target, rest
+
+
+#: The commands that change runs: they need --url.
+ACTIONS = ("start", "signal", "query", "cancel", "terminate", "resume", "reset", "complete")
+
+
+def _read_only(command: str) -> str:
+    return (f"'{command}' changes a run: point it at the running application with --url http://HOST:PORT "
+            f"(or ${URL_ENV}); a directory is only read, offline")
+
+
+def _api(url: str | None, token: str | None, command: str) -> Any:
+    from fusee.cli.targets import Api
+
+    if url is None:
+        raise errors.ReadOnlyTarget(_read_only(command))
+    return Api(url, token)
+
+
+def _value(text: str | None, what: str) -> Any:
+    """A command-line JSON value; text that is not JSON is taken as a string."""
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+# --- the commands ------------------------------------------------------------------
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="fusee", prog_name="fusee")
+def cli() -> None:
+    """Fusee: durable execution for asyncio. List, inspect and operate runs.
+
+    Read commands take a directory (read offline, read-only) or --url of a
+    running application's HTTP API (served by 'fusee serve' or fusee.http.app).
+    """
+
+
+@cli.command()
+@click.argument("target", required=False)
+@_url
+@_token
+@click.option("--where", help="A query: status = 'running' and attrs.customer = 'acme' (see docs/api.md).")
+@click.option("--status", "statuses", multiple=True, help="Only runs with this status (repeatable).")
+@click.option("--workflow", "workflows", multiple=True, help="Only runs of this workflow type (repeatable).")
+@click.option("--attr", "attrs", multiple=True, metavar="KEY=VALUE", help="Only runs with this attribute.")
+@click.option("--limit", type=click.IntRange(1, 10_000), default=50, show_default=True, help="Runs per page.")
+@click.option("--cursor", help="Continue after the page that printed this cursor.")
+@click.option("--all", "every", is_flag=True, help="Follow the cursors: every matching run.")
+@_json
+def runs(target: str | None, url: str | None, token: str | None, where: str | None,
+         statuses: tuple[str, ...], workflows: tuple[str, ...], attrs: tuple[str, ...], limit: int,
+         cursor: str | None, every: bool, as_json: bool) -> None:
+    """List runs, oldest first, a page at a time."""
+    from fusee.cli import render
+
+    query = _where(where, statuses, workflows, attrs)
+    t, _ = _target((target,) if target else (), url, token, ())
+    try:
+        page = t.list(query, limit, cursor)
+        items = list(page["items"])
+        while every and page["cursor"]:
+            page = t.list(query, limit, page["cursor"])
+            items.extend(page["items"])
+    finally:
+        t.close()
+    if as_json:
+        render.print_json({"items": items, "cursor": page["cursor"]})
+        return
+    out = render.console()
+    out.print(render.runs_table(items))
+    if page["cursor"]:
+        out.print(f"more: --cursor {page['cursor']}")
+
+
+def _quote(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
+
+
+def _where(where: str | None, statuses: tuple[str, ...], workflows: tuple[str, ...],
+           attrs: tuple[str, ...]) -> str | None:
+    """The filters as one where query (``--where`` alone is passed as written: the positions
+    its errors name are the user's)."""
+    if where and not (statuses or workflows or attrs):
+        return where
+    parts = [f"({where})"] if where else []
+    if statuses:
+        parts.append(f"status in ({', '.join(_quote(s) for s in statuses)})")
+    if workflows:
+        parts.append(f"workflow in ({', '.join(_quote(w) for w in workflows)})")
+    for a in attrs:
+        key, sep, value = a.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"expected KEY=VALUE, got {a!r}", param_hint="--attr")
+        literal = value if _is_number(value) or value in ("true", "false", "null") else _quote(value)
+        parts.append(f"attrs.{key} = {literal}")
+    return " and ".join(parts) or None
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+@cli.command()
+@click.argument("args", nargs=-1, metavar="[DIR] WORKFLOW_ID")
+@_url
+@_token
+@_json
+def show(args: tuple[str, ...], url: str | None, token: str | None, as_json: bool) -> None:
+    """A run's summary and its journal as a timeline (steps, attempts, errors, signals, who asked)."""
+    from fusee.cli import render
+
+    t, (wid,) = _target(args, url, token, ("workflow_id",))
+    try:
+        summary = t.describe(wid)
+        journal = t.journal(wid)
+    finally:
+        t.close()
+    if as_json:
+        render.print_json({"summary": summary, **journal})
+        return
+    out = render.console()
+    out.print(render.summary_table(summary))
+    out.print()
+    out.print(render.timeline_table(journal["timeline"]))
+
+
+@cli.command()
+@click.argument("args", nargs=-1, metavar="[DIR] WORKFLOW_ID")
+@_url
+@_token
+def journal(args: tuple[str, ...], url: str | None, token: str | None) -> None:
+    """A run's durable journal as JSON (ISO times, decoded payloads)."""
+    from fusee.cli import render
+
+    t, (wid,) = _target(args, url, token, ("workflow_id",))
+    try:
+        records = t.journal(wid)["records"]
+    finally:
+        t.close()
+    render.print_json(records)
+
+
+@cli.command()
+@click.argument("target", required=False)
+@_url
+@_token
+@_json
+def metrics(target: str | None, url: str | None, token: str | None, as_json: bool) -> None:
+    """Runs by status per shard, step, flush and queue figures."""
+    from fusee.cli import render
+
+    t, _ = _target((target,) if target else (), url, token, ())
+    try:
+        m = t.metrics()
+    finally:
+        t.close()
+    if as_json:
+        render.print_json(m)
+    else:
+        render.console().print(render.metrics_table(m))
+
+
+# --- acting (--url) -------------------------------------------------------------------
+
+
+def _done(answer: Any, message: str, as_json: bool) -> None:
+    from fusee.cli import render
+
+    if as_json:
+        render.print_json(answer)
+    else:
+        click.echo(message)
+
+
+@cli.command()
+@click.argument("workflow")
+@click.argument("workflow_id")
+@click.argument("input", required=False)
+@_url
+@_token
+@click.option("--if-running", type=click.Choice(["fail", "attach", "terminate"]), default="fail")
+@click.option("--if-finished", type=click.Choice(["fail", "attach", "start"]), default="fail")
+@_json
+def start(workflow: str, workflow_id: str, input: str | None, url: str | None, token: str | None,
+          if_running: str, if_finished: str, as_json: bool) -> None:
+    """Start WORKFLOW as WORKFLOW_ID with INPUT (JSON; other text is a string)."""
+    api = _api(url, token, "start")
+    try:
+        answer = api.request("POST", "/api/runs", {
+            "workflow": workflow, "workflow_id": workflow_id, "input": _value(input, "input"),
+            "if_running": if_running, "if_finished": if_finished})
+    finally:
+        api.close()
+    _done(answer, f"started {answer['workflow_id']} (run {answer['run_id']})", as_json)
+
+
+@cli.command()
+@click.argument("workflow_id")
+@click.argument("name")
+@click.argument("value", required=False)
+@_url
+@_token
+@click.option("--by", help="Who sends it (journaled for the audit).")
+@click.option("--dedup-key", help="A signal with a key the run received already is dropped.")
+@_json
+def signal(workflow_id: str, name: str, value: str | None, url: str | None, token: str | None,
+           by: str | None, dedup_key: str | None, as_json: bool) -> None:
+    """Send signal NAME with VALUE (JSON; other text is a string) to WORKFLOW_ID."""
+    api = _api(url, token, "signal")
+    try:
+        answer = api.act(workflow_id, "signal", {"name": name, "value": _value(value, "value"), "by": by,
+                                                 "dedup_key": dedup_key})
+    finally:
+        api.close()
+    _done(answer, f"signal {name} delivered to {workflow_id}", as_json)
+
+
+@cli.command()
+@click.argument("workflow_id")
+@click.argument("name")
+@click.argument("arg", required=False)
+@_url
+@_token
+def query(workflow_id: str, name: str, arg: str | None, url: str | None, token: str | None) -> None:
+    """Ask WORKFLOW_ID the query NAME (with ARG as JSON); prints the answer as JSON."""
+    from fusee.cli import render
+
+    api = _api(url, token, "query")
+    try:
+        answer = api.act(workflow_id, "query", {"name": name, "arg": _value(arg, "arg")})
+    finally:
+        api.close()
+    render.print_json(answer["result"])
+
+
+@cli.command()
+@click.argument("workflow_id")
+@_url
+@_token
+@click.option("--reason", default="", help="Why (journaled).")
+@click.option("--by", help="Who asks (journaled for the audit).")
+@_json
+def cancel(workflow_id: str, url: str | None, token: str | None, reason: str, by: str | None,
+           as_json: bool) -> None:
+    """Request cancellation of WORKFLOW_ID (its code may compensate)."""
+    api = _api(url, token, "cancel")
+    try:
+        answer = api.act(workflow_id, "cancel", {"reason": reason, "by": by})
+    finally:
+        api.close()
+    _done(answer, f"cancellation of {workflow_id} requested", as_json)
+
+
+@cli.command()
+@click.argument("workflow_id")
+@_url
+@_token
+@click.option("--reason", default="", help="Why (journaled).")
+@click.option("--by", help="Who asks (journaled for the audit).")
+@_json
+def terminate(workflow_id: str, url: str | None, token: str | None, reason: str, by: str | None,
+              as_json: bool) -> None:
+    """End WORKFLOW_ID at once, running no more of its code."""
+    api = _api(url, token, "terminate")
+    try:
+        answer = api.act(workflow_id, "terminate", {"reason": reason, "by": by})
+    finally:
+        api.close()
+    _done(answer, f"{workflow_id} terminated", as_json)
+
+
+@cli.command()
+@click.argument("workflow_id")
+@_url
+@_token
+@click.option("--by", help="Who asks (journaled for the audit).")
+@_json
+def resume(workflow_id: str, url: str | None, token: str | None, by: str | None, as_json: bool) -> None:
+    """Resume WORKFLOW_ID's paused steps (their retries ran out) with a fresh retry budget."""
+    api = _api(url, token, "resume")
+    try:
+        answer = api.act(workflow_id, "resume", {"by": by})
+    finally:
+        api.close()
+    _done(answer, f"{workflow_id} resumed", as_json)
+
+
+@cli.command()
+@click.argument("workflow_id")
+@_url
+@_token
+@click.option("--before-step", help="Cut before the first step of this name.")
+@click.option("--before-position", type=click.IntRange(0), help="Cut before this journal position.")
+@click.option("--reapply-signals/--drop-signals", default=True, show_default=True,
+              help="Deliver again the signals that arrived after the cut.")
+@click.option("--version", type=int, help="Move the run to this registered version of its workflow.")
+@click.option("--by", help="Who asks (journaled for the audit).")
+@_json
+def reset(workflow_id: str, url: str | None, token: str | None, before_step: str | None,
+          before_position: int | None, reapply_signals: bool, version: int | None, by: str | None,
+          as_json: bool) -> None:
+    """Start WORKFLOW_ID anew from its journal before a step (or a position)."""
+    if before_step is None and before_position is None:
+        raise click.UsageError("give --before-step NAME or --before-position N")
+    api = _api(url, token, "reset")
+    try:
+        answer = api.act(workflow_id, "reset", {
+            "before_step": before_step, "before_position": before_position,
+            "reapply_signals": reapply_signals, "version": version, "by": by})
+    finally:
+        api.close()
+    _done(answer, f"{workflow_id} reset: run {answer['run_id']}", as_json)
+
+
+@cli.command()
+@click.argument("token_", metavar="TOKEN")
+@click.argument("value", required=False)
+@_url
+@_token
+@click.option("--fail", "fail_message", metavar="MESSAGE", help="Fail the await with this message instead.")
+@click.option("--by", help="Who completes it (journaled for the audit).")
+@_json
+def complete(token_: str, value: str | None, url: str | None, token: str | None, fail_message: str | None,
+             by: str | None, as_json: bool) -> None:
+    """Complete the ctx.await_completion that handed out TOKEN with VALUE (JSON; other text is a string)."""
+    api = _api(url, token, "complete")
+    body: dict[str, Any] = {"token": token_, "value": _value(value, "value"), "by": by}
+    if fail_message is not None:
+        body.update(failed=True, message=fail_message)
+    try:
+        answer = api.request("POST", "/api/completions", body)
+    finally:
+        api.close()
+    if not answer["completed"] and not as_json:
+        _fail("not completed: the operation was completed already, the token is stale, or the run ended")
+    _done(answer, "completed", as_json)
+
+
+# --- journal files ------------------------------------------------------------------------
+
+
+@cli.command("export")
+@click.argument("args", nargs=-1, metavar="[DIR] WORKFLOW_ID FILE")
+@_url
+@_token
+def export_(args: tuple[str, ...], url: str | None, token: str | None) -> None:
+    """Write WORKFLOW_ID's durable journal to FILE (.fjnl), for fusee.testing.replay or 'fusee import'."""
+    from fusee import journal_file
+
+    t, (wid, path) = _target(args, url, token, ("workflow_id", "file"))
+    try:
+        data = t.export(wid)
+    finally:
+        t.close()
+    records = journal_file.loads(data, path)
+    journal_file.write(path, records)
+    click.echo(f"{len(records)} records of {wid} written to {path}")
+
+
+@cli.command("import")
+@click.argument("path", type=click.Path(dir_okay=False))
+@click.option("--replay", "replay", metavar="MODULE:ATTR",
+              help="Replay the journal against these workflows (a list of @fusee.workflow functions): "
+                   "exit 1 if the code no longer does what it recorded.")
+@_json
+def import_(path: str, replay: str | None, as_json: bool) -> None:
+    """Read a .fjnl journal file: show its timeline, or check new code against it (--replay)."""
+    from fusee import journal_file, views
+    from fusee.cli import render
+
+    records = journal_file.read(path)
+    if replay is not None:
+        import asyncio
+
+        from fusee.http.serve import load_factory
+        from fusee.testing import replay as replay_journal
+
+        workflows = load_factory(replay)
+        if not isinstance(workflows, list | tuple):
+            workflows = [workflows]
+        asyncio.run(replay_journal(records, workflows))
+        click.echo(f"{path}: the code replays its {len(records)} records")
+        return
+    timeline = views.timeline(records)
+    if as_json:
+        render.print_json({"records": views.journal(records), "timeline": timeline})
+    else:
+        render.console().print(render.timeline_table(timeline))
+
+
+# --- the rest ---------------------------------------------------------------------------
+
+
+@cli.command("disk-check")
+@click.argument("directory", default=".", type=click.Path(file_okay=False))
+@click.option("--count", type=click.IntRange(1), default=None, help="How many synced writes to time.")
+@click.option("--size", type=click.IntRange(1), default=None, help="Bytes per write.")
+def disk_check(directory: str, count: int | None, size: int | None) -> None:
+    """Measure this disk's floor (pwrite + fdatasync latency) in DIRECTORY."""
+    from fusee import diskcheck
+
+    argv = [directory]
+    if count is not None:
+        argv += ["--count", str(count)]
+    if size is not None:
+        argv += ["--size", str(size)]
+    code = diskcheck.main(argv)
+    if code:
+        sys.exit(code)
+
+
+@cli.command()
+@click.argument("factory", metavar="MODULE:FACTORY")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--port", type=click.IntRange(0, 65535), default=8233, show_default=True)
+@_token
+@click.option("--log-level", default="info", show_default=True,
+              type=click.Choice(["critical", "error", "warning", "info", "debug"]))
+def serve(factory: str, host: str, port: int, token: str | None, log_level: str) -> None:
+    """Open the engine that MODULE:FACTORY returns (an Engine, or an awaitable of one) and serve
+    its HTTP API (and web UI) until interrupted. Refuses a non-loopback host without --token."""
+    import asyncio
+
+    from fusee.http.serve import check_bind, load_factory
+    from fusee.http.serve import serve as run
+
+    check_bind(host, token)
+    target = load_factory(factory)
+    asyncio.run(run(target, host=host, port=port, token=token, log_level=log_level))
+
+
+@cli.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True,
+                               "help_option_names": []})
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def sim(args: tuple[str, ...]) -> None:
+    """Run the deterministic simulator (the arguments of 'python -m fusee.sim'; try --help)."""
+    from fusee.sim.__main__ import main as sim_main
+
+    code = sim_main(list(args))
+    if code:
+        sys.exit(code)
+
+
+# --- entry point -------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Runs the command; returns the exit code. Errors are one line on stderr, never a traceback
+    (set FUSEE_DEBUG=1 to see one)."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if (args and args[0] in ACTIONS and not os.environ.get(URL_ENV)
+            and not any(a == "--url" or a.startswith("--url=") for a in args)
+            and any(os.path.isdir(a) for a in args[1:])):
+        # 'fusee cancel ./data order-1': say why, rather than "unexpected extra argument".
+        click.echo(f"fusee: {_read_only(args[0])}", err=True)
+        return 1
+    try:
+        cli.main(args=args, prog_name="fusee", standalone_mode=False)
+    except click.exceptions.Abort:
+        click.echo("fusee: interrupted", err=True)
+        return 130
+    except click.exceptions.Exit as e:
+        return e.exit_code
+    except click.ClickException as e:
+        e.show()
+        return e.exit_code
+    except SystemExit as e:
+        return e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    except KeyboardInterrupt:
+        click.echo("fusee: interrupted", err=True)
+        return 130
+    except BaseException as e:
+        if os.environ.get("FUSEE_DEBUG"):
+            raise
+        click.echo(f"fusee: {_one_line(e)}", err=True)
+        return 1
+    return 0
+
+
+def _one_line(e: BaseException) -> str:
+    if isinstance(e, Failure | errors.FuseeError):
+        text = str(e)
+    elif isinstance(e, FileNotFoundError | PermissionError | IsADirectoryError | NotADirectoryError):
+        text = f"{e.strerror}: {e.filename}"
+    elif isinstance(e, OSError):
+        text = f"{e.strerror or e}" + (f": {e.filename}" if e.filename else "")
+    elif isinstance(e, ImportError | ValueError | TypeError):
+        text = f"{type(e).__name__}: {e}"
+    else:
+        text = f"{type(e).__name__}: {e} (set FUSEE_DEBUG=1 to see where)"
+    return " ".join(text.split()) or type(e).__name__

@@ -1,0 +1,142 @@
+"""How the ``fusee`` command shows runs: rich tables on a terminal, plain text elsewhere.
+
+Colours and styles are written only to a terminal (rich's own detection, which
+also honours ``NO_COLOR``); piped output is plain and wide enough not to cut IDs.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+_STATUS_STYLE = {
+    "running": "cyan", "ok": "green", "failed": "red", "stuck": "bold red", "cancelled": "yellow",
+    "terminated": "magenta", "timed_out": "red", "retrying": "yellow", "paused": "bold yellow",
+    "waiting": "cyan", "fired": "green", "signal": "green", "received": "green",
+}
+
+
+def console(stderr: bool = False) -> Console:
+    stream = sys.stderr if stderr else sys.stdout
+    tty = stream.isatty()
+    # Off a terminal: no colour, no markup codes, and wide enough for long IDs.
+    return Console(file=stream, width=None if tty else 200, no_color=not tty, highlight=False,
+                   emoji=False, soft_wrap=not tty)
+
+
+def print_json(value: Any) -> None:
+    sys.stdout.write(json.dumps(value, indent=2, ensure_ascii=False) + "\n")
+
+
+def _status(status: str | None) -> Text:
+    status = status or ""
+    return Text(status, style=_STATUS_STYLE.get(status, ""))
+
+
+def _short(value: Any, width: int = 60) -> str:
+    if value is None:
+        return ""
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _time(iso: str | None) -> str:
+    """``2026-12-01T04:25:04.755Z`` as ``2026-12-01 04:25:04``."""
+    if not iso:
+        return ""
+    return iso.replace("T", " ")[:19]
+
+
+def runs_table(items: list[dict[str, Any]]) -> Table:
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    for col in ("WORKFLOW ID", "TYPE", "STATUS", "STARTED", "ENDED", "ATTRIBUTES"):
+        # IDs and attributes fold on a narrow terminal; statuses and times stay whole.
+        table.add_column(col, overflow="fold", no_wrap=col in ("STATUS", "STARTED", "ENDED"))
+    for s in items:
+        attrs = " ".join(f"{k}={_short(v, 30)}" for k, v in s.get("attributes", {}).items())
+        table.add_row(s["workflow_id"], s["workflow"], _status(s["status"]), _time(s.get("started_at")),
+                      _time(s.get("ended_at")), attrs)
+    return table
+
+
+def summary_table(s: dict[str, Any]) -> Table:
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold")
+    grid.add_column()
+    rows: list[tuple[str, Any]] = [
+        ("workflow id", s["workflow_id"]), ("type", s["workflow"]), ("status", _status(s["status"])),
+        ("run", str(s["run_id"])), ("shard", str(s["shard"])),
+        ("started", _time(s.get("started_at"))), ("ended", _time(s.get("ended_at")) or "-"),
+    ]
+    if s.get("attributes"):
+        rows.append(("attributes", " ".join(f"{k}={_short(v, 40)}" for k, v in s["attributes"].items())))
+    if s.get("stuck_reason"):
+        rows.append(("stuck", s["stuck_reason"]))
+    if s.get("attempt"):
+        rows.append(("attempt", str(s["attempt"])))
+    if s.get("last_error"):
+        rows.append(("last error", s["last_error"]))
+    if s.get("next_retry"):
+        rows.append(("next retry", _time(s["next_retry"])))
+    if s.get("paused_steps"):
+        rows.append(("paused steps", ", ".join(s["paused_steps"])))
+    for a in s.get("audit", []):
+        rows.append(("asked", f"{a['action']} by {a['by']}" + (f" ({a['detail']})" if a.get("detail") else "")))
+    for k, v in rows:
+        grid.add_row(k, v)
+    return grid
+
+
+def _detail(e: dict[str, Any]) -> str:
+    parts = []
+    for key in ("error", "reason", "result", "value", "input", "workflow_id", "update_id"):
+        if e.get(key) not in (None, ""):
+            parts.append(f"{key}: {_short(e[key])}")
+    if e.get("retry_at"):
+        parts.append(f"retry at {_time(e['retry_at'])}")
+    if e.get("duration_ms") is not None:
+        parts.append(f"after {_duration(e['duration_ms'])}")
+    if e.get("by"):
+        parts.append(f"by {e['by']}")
+    return "; ".join(parts)
+
+
+def _duration(ms: int) -> str:
+    if ms < 1000:
+        return f"{ms} ms"
+    s = ms / 1000
+    if s < 120:
+        return f"{s:.1f} s"
+    if s < 7200:
+        return f"{s / 60:.1f} min"
+    return f"{s / 3600:.1f} h"
+
+
+def timeline_table(timeline: list[dict[str, Any]]) -> Table:
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    for col in ("#", "AT", "KIND", "NAME", "STATUS", "ATTEMPTS", "DETAIL"):
+        table.add_column(col, overflow="fold", no_wrap=col in ("#", "AT", "KIND", "STATUS"))
+    for i, e in enumerate(timeline):
+        table.add_row(str(i), _time(e.get("at")), e["kind"], e.get("name", ""), _status(e.get("status")),
+                      str(e["attempts"]) if e.get("attempts") else "", _detail(e))
+    return table
+
+
+def metrics_table(m: dict[str, Any]) -> Table:
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold")
+    grid.add_column()
+    for shard in m["shards"]:
+        runs = " ".join(f"{k}={v}" for k, v in shard["runs"].items()) or "-"
+        grid.add_row(f"shard {shard['shard']}", f"{runs}  (loaded {shard['loaded']}, parked {shard['parked']}, "
+                                                 f"durable lsn {shard['durable_lsn']})")
+    for key in ("steps_run", "steps_executing", "steps_gated", "timers_pending", "flushes", "records_flushed",
+                "records_pending", "flush_p50_ms", "flush_p99_ms", "indexed"):
+        value = m[key]
+        grid.add_row(key.replace("_", " "), f"{value:.3f}" if isinstance(value, float) else str(value))
+    return grid

@@ -1,0 +1,17 @@
+"""The HTTP API (``pip install 'fusee[http]'``): ``fusee.http.app(engine, token=None)``.
+
+See docs/operations.md for the endpoints; the OpenAPI document is served at
+``/openapi.json``.
+"""
+
+from __future__ import annotations
+
+try:
+    import starlette  # noqa: F401
+except ImportError as e:  # pragma: no cover - depends on the installed extras
+    raise ImportError("fusee.http needs the http extra: pip install 'fusee[http]'") from e
+
+from fusee.http.app import app, on_engine
+from fusee.http.serve import DEFAULT_HOST, DEFAULT_PORT, serve
+
+__all__ = ["DEFAULT_HOST", "DEFAULT_PORT", "app", "on_engine", "serve"]

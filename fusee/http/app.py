@@ -1,0 +1,500 @@
+"""``fusee.http.app(engine)``: the engine's public API over HTTP, as a Starlette ASGI app.
+
+Every handler validates its whole request before it calls the engine, so a
+refused request records nothing; the engine's own checks (an unknown ID, an
+ended run, a rejected update) also come before anything is journaled. Handlers
+run on the engine's event loop: mounted in an app served on another loop (or
+thread), each call is handed to the engine's loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import hmac
+import importlib
+import importlib.util
+import json
+import re
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
+
+import msgspec
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, RedirectResponse, Response, StreamingResponse
+from starlette.routing import BaseRoute, Mount, Route
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+import fusee
+from fusee import codec, errors, journal_file, views
+from fusee.engine.visibility import MAX_LIMIT
+from fusee.http import openapi, schemas
+
+T = TypeVar("T")
+
+#: How long one wait of a stream reader lasts before a keep-alive comment is sent (seconds).
+STREAM_POLL = 15.0
+
+#: HTTP status of each engine error (the others are 400: the request cannot be done as asked).
+_STATUS: dict[type[BaseException], int] = {
+    errors.NotFound: 404,
+    errors.AlreadyExists: 409,
+    errors.WorkflowEnded: 409,
+    errors.HistoryUnavailable: 409,
+    errors.UpdateFailed: 422,
+    errors.QueryFailed: 422,
+    errors.EngineClosed: 503,
+    errors.StorageError: 503,
+    errors.WrongEventLoop: 500,
+}
+
+
+class BadRequest(Exception):
+    """A request the API refuses before calling the engine: 400 naming the field."""
+
+    def __init__(self, message: str, field: str | None, status: int = 400, type: str = "BadRequest") -> None:
+        super().__init__(message)
+        self.message = message
+        self.field = field
+        self.status = status
+        self.type = type
+
+
+def error_response(status: int, type: str, message: str, field: str | None = None,
+                   headers: dict[str, str] | None = None) -> JSONResponse:
+    body = {"error": {"type": type, "message": message, "field": field}}
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+_AT = re.compile(r"at `\$\.([A-Za-z_][\w.]*)")
+_FIELD = re.compile(r"field `([^`]+)`")
+
+
+async def _body(request: Request, kind: type[T]) -> T:
+    raw = await request.body()
+    if not raw.strip():
+        raw = b"{}"
+    try:
+        return msgspec.json.decode(raw, type=kind)
+    except msgspec.ValidationError as e:
+        text = str(e)
+        m = _AT.search(text) or _FIELD.search(text)
+        raise BadRequest(f"invalid request body: {text}", m.group(1) if m else "body") from None
+    except msgspec.DecodeError as e:
+        raise BadRequest(f"the request body is not JSON: {e}", "body") from None
+
+
+async def on_engine(engine: fusee.Engine, call: Callable[[], Awaitable[T]]) -> T:
+    """Awaits ``call()`` on the engine's loop (here if this is it) and returns its result."""
+    if asyncio.get_running_loop() is engine.loop:
+        return await call()
+
+    async def run() -> T:
+        return await call()
+
+    return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(run(), engine.loop))
+
+
+Handler = Callable[[Any, Request], Awaitable[Response]]
+
+
+def _handler(field: str | None = None) -> Callable[[Handler], Handler]:
+    """Turns refused requests and engine errors into JSON errors; ``field`` is the request
+    field an engine ``TypeError``/``ValueError`` is about."""
+
+    def wrap(fn: Handler) -> Handler:
+        async def handle(api: Any, request: Request) -> Response:
+            try:
+                return await fn(api, request)
+            except BadRequest as e:
+                return error_response(e.status, e.type, e.message, e.field)
+            except errors.InvalidQuery as e:
+                return error_response(400, "InvalidQuery", str(e), "where")
+            except errors.UnknownWorkflow as e:
+                return error_response(400, "UnknownWorkflow", str(e), "workflow")
+            except errors.InvalidWorkflowId as e:
+                return error_response(400, "InvalidWorkflowId", str(e), "workflow_id")
+            except errors.InvalidDuration as e:
+                return error_response(400, "InvalidDuration", str(e), "timeout")
+            except errors.FuseeError as e:
+                status = next((s for t, s in _STATUS.items() if isinstance(e, t)), 400)
+                return error_response(status, type(e).__name__, str(e), None if status != 400 else field)
+            except (TypeError, ValueError) as e:
+                return error_response(400, "BadRequest", str(e), field)
+
+        handle.__name__ = fn.__name__
+        handle.__doc__ = fn.__doc__
+        return handle
+
+    return wrap
+
+
+def _int_param(request: Request, name: str, default: int, low: int, high: int) -> int:
+    raw = request.query_params.get(name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise BadRequest(f"{name} must be a whole number from {low} to {high}, got {raw!r}", name) from None
+    if not low <= value <= high:
+        raise BadRequest(f"{name} must be from {low} to {high}, got {value}", name)
+    return value
+
+
+def _timeout(value: float | str | None) -> Any:
+    if isinstance(value, float | int) and value <= 0:
+        raise BadRequest(f"timeout must be positive (seconds or a duration such as '1h'), got {value}",
+                         "timeout")
+    return value
+
+
+class _Api:
+    """The handlers, bound to one engine."""
+
+    def __init__(self, engine: fusee.Engine) -> None:
+        self.engine = engine
+
+    async def call(self, fn: Callable[[], Awaitable[T]]) -> T:
+        return await on_engine(self.engine, fn)
+
+    async def read(self, fn: Callable[[], T]) -> T:
+        """A synchronous engine call (list, describe, metrics), made on the engine's loop."""
+
+        async def run() -> T:
+            return fn()
+
+        return await on_engine(self.engine, run)
+
+    def wid(self, request: Request) -> str:
+        wid: str = request.path_params["workflow_id"]
+        return wid
+
+    async def exists(self, wid: str) -> Any:
+        """The run's summary; NotFound (404) for an unknown ID."""
+        return await self.read(lambda: self.engine.describe(wid))
+
+    # --- reading ---------------------------------------------------------------
+
+    @_handler("where")
+    async def list_runs(self, request: Request) -> Response:
+        where = request.query_params.get("where") or None
+        limit = _int_param(request, "limit", 100, 1, MAX_LIMIT)
+        cursor = request.query_params.get("cursor") or None
+        try:
+            page = await self.read(lambda: self.engine.list(where, limit=limit, cursor=cursor))
+        except errors.InvalidQuery as e:
+            if cursor is not None and e.query == cursor and e.query != where:
+                raise BadRequest(str(e), "cursor", type="InvalidQuery") from None
+            raise
+        return JSONResponse(views.page(page))
+
+    @_handler()
+    async def describe(self, request: Request) -> Response:
+        return JSONResponse(views.summary(await self.exists(self.wid(request))))
+
+    @_handler()
+    async def journal(self, request: Request) -> Response:
+        wid = self.wid(request)
+        summary = await self.exists(wid)
+        records = await self.call(lambda: self.engine.journal(wid))
+        return JSONResponse({"workflow_id": wid, "run_id": summary.run_id,
+                             "records": views.journal(records), "timeline": views.timeline(records)})
+
+    @_handler()
+    async def export(self, request: Request) -> Response:
+        wid = self.wid(request)
+        records = await self.call(lambda: self.engine.journal(wid))
+        return Response(journal_file.dumps(records), media_type="application/octet-stream",
+                        headers={"Content-Disposition": f'attachment; filename="{_safe(wid)}.fjnl"'})
+
+    @_handler("offset")
+    async def stream(self, request: Request) -> Response:
+        wid = self.wid(request)
+        name: str = request.path_params["name"]
+        offset = _int_param(request, "offset", 0, 0, 1 << 62)
+        last = request.headers.get("last-event-id")
+        if last is not None:
+            try:
+                offset = max(offset, int(last))
+            except ValueError:
+                raise BadRequest(f"Last-Event-ID must be a stream offset, got {last!r}", "Last-Event-ID") from None
+        await self.exists(wid)
+        engine = self.engine
+
+        async def events() -> AsyncIterator[bytes]:
+            at = offset
+            while True:
+                try:
+                    chunks, nxt, ended = await self.call(
+                        functools.partial(engine.read_stream_batch, wid, name, at, wait=STREAM_POLL))
+                except errors.FuseeError as e:
+                    data = json.dumps({"type": type(e).__name__, "message": str(e)})
+                    yield f"event: error\ndata: {data}\n\n".encode()
+                    return
+                if not chunks and not ended:
+                    yield b": waiting\n\n"  # keeps proxies from closing an idle stream
+                for i, chunk in enumerate(chunks):
+                    # The id is the offset after this chunk: a reconnect sends it as Last-Event-ID.
+                    yield f"id: {at + i + 1}\nevent: chunk\ndata: {json.dumps(chunk)}\n\n".encode()
+                at = nxt
+                if ended:
+                    yield f"event: end\ndata: {json.dumps({'offset': at})}\n\n".encode()
+                    return
+
+        return StreamingResponse(events(), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+    @_handler()
+    async def metrics(self, request: Request) -> Response:
+        return JSONResponse(views.metrics(await self.read(self.engine.metrics)))
+
+    # --- acting ------------------------------------------------------------------
+
+    @_handler("input")
+    async def start(self, request: Request) -> Response:
+        body = await _body(request, schemas.StartRequest)
+        if not body.workflow_id:
+            raise BadRequest("workflow_id must be a non-empty string", "workflow_id")
+        timeout = _timeout(body.timeout)
+        handle = await self.call(lambda: self.engine.start(
+            body.workflow, body.workflow_id, body.input, if_running=body.if_running,
+            if_finished=body.if_finished, timeout=timeout))
+        return JSONResponse({"workflow_id": handle.workflow_id, "run_id": handle.run_id}, status_code=201)
+
+    @_handler("value")
+    async def signal(self, request: Request) -> Response:
+        wid = self.wid(request)
+        body = await _body(request, schemas.SignalRequest)
+        sig = _named(fusee.signal, body.name)
+        await self.call(lambda: self.engine.signal(wid, sig, body.value, dedup_key=body.dedup_key,
+                                                   by=_who(body.by)))
+        return JSONResponse({"workflow_id": wid, "action": "signal"})
+
+    @_handler("arg")
+    async def query(self, request: Request) -> Response:
+        wid = self.wid(request)
+        body = await _body(request, schemas.QueryRequest)
+        q = _named(fusee.query, body.name)
+        return _result(await self.call(lambda: self.engine.query(wid, q, body.arg)))
+
+    @_handler("arg")
+    async def update(self, request: Request) -> Response:
+        wid = self.wid(request)
+        body = await _body(request, schemas.UpdateRequest)
+        u = _named(fusee.update, body.name)
+        if body.update_id is not None and not body.update_id:
+            raise BadRequest("update_id must be a non-empty string (or left out)", "update_id")
+        try:
+            result = await self.call(lambda: self.engine.update(wid, u, body.arg, update_id=body.update_id))
+        except errors.FuseeError:
+            raise
+        except Exception as e:  # the workflow's validator refused it: nothing was recorded
+            raise BadRequest(f"the update was rejected: {type(e).__name__}: {e}", "arg",
+                             type="UpdateRejected") from None
+        return _result(result)
+
+    @_handler("reason")
+    async def cancel(self, request: Request) -> Response:
+        wid = self.wid(request)
+        body = await _body(request, schemas.ReasonRequest)
+        await self.call(lambda: self.engine.cancel(wid, body.reason, by=_who(body.by)))
+        return JSONResponse({"workflow_id": wid, "action": "cancel"})
+
+    @_handler("reason")
+    async def terminate(self, request: Request) -> Response:
+        wid = self.wid(request)
+        body = await _body(request, schemas.ReasonRequest)
+        await self.call(lambda: self.engine.terminate(wid, body.reason, by=_who(body.by)))
+        return JSONResponse({"workflow_id": wid, "action": "terminate"})
+
+    @_handler("by")
+    async def resume(self, request: Request) -> Response:
+        wid = self.wid(request)
+        body = await _body(request, schemas.ResumeRequest)
+        await self.call(lambda: self.engine.resume(wid, by=_who(body.by)))
+        return JSONResponse({"workflow_id": wid, "action": "resume"})
+
+    @_handler("before_step")
+    async def reset(self, request: Request) -> Response:
+        wid = self.wid(request)
+        body = await _body(request, schemas.ResetRequest)
+        if body.before_step is None and body.before_position is None:
+            raise BadRequest("give before_step (a step's name) or before_position (a journal position)",
+                             "before_step")
+        if body.before_position is not None and body.before_position < 0:
+            raise BadRequest("before_position must be >= 0", "before_position")
+        handle = await self.call(lambda: self.engine.reset(
+            wid, before_step=body.before_step, before_position=body.before_position,
+            reapply_signals=body.reapply_signals, version=body.version, by=_who(body.by)))
+        return JSONResponse({"workflow_id": handle.workflow_id, "run_id": handle.run_id})
+
+    @_handler("token")
+    async def complete(self, request: Request) -> Response:
+        body = await _body(request, schemas.CompleteRequest)
+        if not body.token:
+            raise BadRequest("token must be the non-empty token handed out by ctx.await_completion", "token")
+        by = _who(body.by)
+        try:
+            if body.failed:
+                done = await self.call(lambda: self.engine.fail_completion(body.token, body.message, by=by))
+            else:
+                done = await self.call(lambda: self.engine.complete(body.token, body.value, by=by))
+        except errors.SerializationError as e:
+            raise BadRequest(str(e), "value", type="SerializationError") from None
+        except ValueError as e:  # a token that does not parse
+            raise BadRequest(str(e), "token") from None
+        return JSONResponse({"completed": done})
+
+
+def _result(value: Any) -> Response:
+    """``{"result": value}``, encoded as the journal encodes payloads (dataclasses, pydantic
+    models, datetimes... become JSON as they do in the journal)."""
+    try:
+        body = codec.encode({"result": value})
+    except errors.SerializationError as e:
+        return error_response(500, "SerializationError", f"the answer does not convert to JSON: {e}")
+    return Response(body, media_type="application/json")
+
+
+def _named(make: Callable[[str], T], name: str) -> T:
+    if not name:
+        raise BadRequest("name must be a non-empty string", "name")
+    return make(name)
+
+
+def _who(by: str | None) -> str | None:
+    if by is not None and not by:
+        raise BadRequest("by names who asks: a non-empty string (or left out)", "by")
+    return by
+
+
+def _safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]", "_", name) or "journal"
+
+
+class TokenCheck:
+    """Refuses every HTTP request without ``Authorization: Bearer <token>`` (401, JSON), before
+    any handler runs. A browser sends the token as the ``fusee_token`` cookie instead: opening
+    any page once with ``?token=<token>`` sets it (HttpOnly, SameSite=Strict)."""
+
+    def __init__(self, app: ASGIApp, token: str) -> None:
+        self.app = app
+        self.token = token.encode()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] not in ("http", "websocket") or self._allowed(scope):
+            await self.app(scope, receive, send)
+            return
+        if scope["type"] == "http" and self._in_query(scope):
+            cookie = (b"fusee_token=" + self.token + b"; Path=/; HttpOnly; SameSite=Strict")
+
+            async def send_with_cookie(message: Any) -> None:
+                if message["type"] == "http.response.start":
+                    message = {**message, "headers": [*message.get("headers", []), (b"set-cookie", cookie)]}
+                await send(message)
+
+            await self.app(scope, receive, send_with_cookie)
+            return
+        if scope["type"] == "websocket":
+            await send({"type": "websocket.close", "code": 1008})
+            return
+        response = error_response(
+            401, "Unauthorized",
+            "this API needs its token: send the header 'Authorization: Bearer <token>'",
+            "Authorization", headers={"WWW-Authenticate": "Bearer"})
+        await response(scope, receive, send)
+
+    def _in_query(self, scope: Scope) -> bool:
+        from urllib.parse import parse_qsl
+
+        query = scope.get("query_string", b"").decode("latin-1")
+        return any(k == "token" and hmac.compare_digest(v.encode(), self.token)
+                   for k, v in parse_qsl(query))
+
+    def _allowed(self, scope: Scope) -> bool:
+        headers = dict(scope.get("headers") or ())
+        auth = headers.get(b"authorization", b"")
+        if auth[:7].lower() == b"bearer " and hmac.compare_digest(auth[7:].strip(), self.token):
+            return True
+        for part in headers.get(b"cookie", b"").split(b";"):
+            name, _, value = part.strip().partition(b"=")
+            if name == b"fusee_token" and hmac.compare_digest(value, self.token):
+                return True
+        return False
+
+
+def ui_routes(engine: fusee.Engine) -> list[BaseRoute] | None:
+    """The web UI's routes (``fusee.ui.routes``) if the UI is installed, else None."""
+    if importlib.util.find_spec("fusee.ui") is None:
+        return None
+    ui = importlib.import_module("fusee.ui")
+    routes: list[BaseRoute] = ui.routes(engine)
+    return routes
+
+
+def app(engine: fusee.Engine, token: str | None = None) -> ASGIApp:
+    """The HTTP API of ``engine`` as an ASGI app (Starlette), with the web UI at ``/ui``.
+
+    Endpoints are under ``/api`` (the OpenAPI document is at ``/openapi.json``
+    and in docs/operations.md). With ``token``, every request (the UI's too)
+    must carry ``Authorization: Bearer <token>``; others get 401 and nothing
+    runs. Bad requests get 4xx with ``{"error": {"type", "message", "field"}}``;
+    an unknown workflow ID gets 404. Mount it in your own ASGI app or serve it
+    with ``fusee serve``; the engine must stay open while the app serves.
+    """
+    if not isinstance(engine, fusee.Engine):
+        raise TypeError(f"fusee.http.app takes an open fusee.Engine, got {engine!r}")
+    if token is not None and (not isinstance(token, str) or not token):
+        raise ValueError("token must be a non-empty string (or None for no token)")
+    api = _Api(engine)
+    ui = ui_routes(engine)
+
+    async def spec(request: Request) -> Response:
+        return JSONResponse(openapi.document())
+
+    async def index(request: Request) -> Response:
+        if ui is not None:
+            return RedirectResponse("/ui/")
+        return JSONResponse({"fusee": fusee.__version__ if hasattr(fusee, "__version__") else None,
+                             "api": "/api", "openapi": "/openapi.json"})
+
+    routes: list[BaseRoute] = [
+        Route("/", index),
+        Route("/openapi.json", spec),
+        Route("/api/runs", api.list_runs, methods=["GET"]),
+        Route("/api/runs", api.start, methods=["POST"]),
+        # IDs may hold "/" (sent as %2F): the suffixed routes come first, the bare ID last.
+        Route("/api/runs/{workflow_id:path}/journal", api.journal, methods=["GET"]),
+        Route("/api/runs/{workflow_id:path}/export", api.export, methods=["GET"]),
+        Route("/api/runs/{workflow_id:path}/streams/{name}", api.stream, methods=["GET"]),
+        Route("/api/runs/{workflow_id:path}/signal", api.signal, methods=["POST"]),
+        Route("/api/runs/{workflow_id:path}/query", api.query, methods=["POST"]),
+        Route("/api/runs/{workflow_id:path}/update", api.update, methods=["POST"]),
+        Route("/api/runs/{workflow_id:path}/cancel", api.cancel, methods=["POST"]),
+        Route("/api/runs/{workflow_id:path}/terminate", api.terminate, methods=["POST"]),
+        Route("/api/runs/{workflow_id:path}/resume", api.resume, methods=["POST"]),
+        Route("/api/runs/{workflow_id:path}/reset", api.reset, methods=["POST"]),
+        Route("/api/runs/{workflow_id:path}", api.describe, methods=["GET"]),
+        Route("/api/completions", api.complete, methods=["POST"]),
+        Route("/api/metrics", api.metrics, methods=["GET"]),
+    ]
+    if ui is not None:
+        routes.append(Mount("/ui", routes=ui))
+
+    async def not_found(request: Request, exc: Exception) -> Response:
+        return error_response(404, "NotFound", f"no such endpoint: {request.method} {request.url.path}",
+                              "path")
+
+    async def not_allowed(request: Request, exc: Exception) -> Response:
+        return error_response(405, "MethodNotAllowed",
+                              f"{request.method} is not allowed on {request.url.path}", "method")
+
+    async def crashed(request: Request, exc: Exception) -> Response:
+        # A bug, not a bad request: the server logs the traceback, the client gets JSON.
+        return error_response(500, type(exc).__name__, f"internal error: {exc}")
+
+    starlette = Starlette(routes=routes, exception_handlers={404: not_found, 405: not_allowed,
+                                                             Exception: crashed})
+    return starlette if token is None else TokenCheck(starlette, token)

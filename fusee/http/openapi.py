@@ -1,0 +1,122 @@
+"""The OpenAPI 3.1 document of the HTTP API, built from the request and answer structs."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import msgspec
+
+from fusee.http import schemas
+
+_REF = "#/components/schemas/{name}"
+
+
+def _ref(kind: type) -> dict[str, str]:
+    return {"$ref": _REF.format(name=kind.__name__)}
+
+
+def _json(kind: type, description: str) -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": _ref(kind)}}}
+
+
+_ERRORS = {
+    "400": _json(schemas.Error, "A bad request: the error's field names what is wrong. Nothing was recorded."),
+    "401": _json(schemas.Error, "The token is missing or wrong. Nothing ran."),
+    "404": _json(schemas.Error, "No workflow with that ID."),
+}
+_ID = {"name": "workflow_id", "in": "path", "required": True, "schema": {"type": "string"}}
+
+
+def _op(summary: str, ok: dict[str, Any], body: type | None = None, params: list[dict[str, Any]] | None = None,
+        status: str = "200", more: dict[str, Any] | None = None) -> dict[str, Any]:
+    op: dict[str, Any] = {"summary": summary, "responses": {status: ok, **_ERRORS, **(more or {})}}
+    if params:
+        op["parameters"] = params
+    if body is not None:
+        op["requestBody"] = {"required": True, "content": {"application/json": {"schema": _ref(body)}}}
+    return op
+
+
+def _action(summary: str, body: type, answer: type = schemas.Accepted,
+            more: dict[str, Any] | None = None) -> dict[str, Any]:
+    conflict = {"409": _json(schemas.Error, "The run has ended (or the request conflicts with its state).")}
+    return {"post": _op(summary, _json(answer, "Done, and durable."), body, [_ID], more={**conflict, **(more or {})})}
+
+
+@functools.cache
+def document() -> dict[str, Any]:
+    """The OpenAPI document (served at ``/openapi.json``)."""
+    _, components = msgspec.json.schema_components(
+        [*schemas.REQUESTS, *schemas.ANSWERS], ref_template=_REF)
+    paths: dict[str, Any] = {
+        "/api/runs": {
+            "get": _op("List runs matching a where query, a page at a time (Engine.list)",
+                       _json(schemas.RunPage, "A page of runs, oldest first."), params=[
+                           {"name": "where", "in": "query", "schema": {"type": "string"},
+                            "description": "A query such as status = 'running' and attrs.customer = 'acme'"},
+                           {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1,
+                                                                        "maximum": 10000, "default": 100}},
+                           {"name": "cursor", "in": "query", "schema": {"type": "string"},
+                            "description": "The cursor of the previous page"},
+                       ]),
+            "post": _op("Start a workflow (Engine.start)", _json(schemas.Started, "Started, and durable."),
+                        schemas.StartRequest, status="201",
+                        more={"409": _json(schemas.Error, "The ID is running (if_running='fail') or "
+                                                          "finished (if_finished='fail').")}),
+        },
+        "/api/runs/{workflow_id}": {
+            "get": _op("Describe a run (Engine.describe)", _json(schemas.RunSummary, "The run."),
+                       params=[_ID]),
+        },
+        "/api/runs/{workflow_id}/journal": {
+            "get": _op("The run's durable journal, readable, and its timeline",
+                       _json(schemas.Journal, "The journal."), params=[_ID]),
+        },
+        "/api/runs/{workflow_id}/export": {
+            "get": _op("The run's durable journal as a .fjnl file (Engine.export)",
+                       {"description": "The .fjnl bytes.",
+                        "content": {"application/octet-stream": {"schema": {"type": "string",
+                                                                            "format": "binary"}}}},
+                       params=[_ID]),
+        },
+        "/api/runs/{workflow_id}/streams/{name}": {
+            "get": _op("Follow a stream as Server-Sent Events (Engine.read_stream_batch)",
+                       {"description": "Events 'chunk' (data: the chunk as JSON; id: the offset after it), "
+                                       "then 'end' (data: {offset}). Reconnect with Last-Event-ID.",
+                        "content": {"text/event-stream": {"schema": {"type": "string"}}}},
+                       params=[_ID, {"name": "name", "in": "path", "required": True, "schema": {"type": "string"}},
+                               {"name": "offset", "in": "query", "schema": {"type": "integer", "minimum": 0}}]),
+        },
+        "/api/runs/{workflow_id}/signal": _action("Send a signal (Engine.signal)", schemas.SignalRequest),
+        "/api/runs/{workflow_id}/query": _action(
+            "Ask a query (Engine.query)", schemas.QueryRequest, schemas.Result,
+            {"422": _json(schemas.Error, "The query's handler failed.")}),
+        "/api/runs/{workflow_id}/update": _action(
+            "Run an update (Engine.update)", schemas.UpdateRequest, schemas.Result,
+            {"422": _json(schemas.Error, "The update's handler failed.")}),
+        "/api/runs/{workflow_id}/cancel": _action("Request cancellation (Engine.cancel)", schemas.ReasonRequest),
+        "/api/runs/{workflow_id}/terminate": _action("Terminate (Engine.terminate)", schemas.ReasonRequest),
+        "/api/runs/{workflow_id}/resume": _action("Resume paused steps (Engine.resume)", schemas.ResumeRequest),
+        "/api/runs/{workflow_id}/reset": _action("Reset to before a step (Engine.reset)", schemas.ResetRequest,
+                                                 schemas.Started),
+        "/api/completions": {
+            "post": _op("Complete or fail an await_completion by its token (Engine.complete)",
+                        _json(schemas.Completed, "Whether it was completed (durable)."), schemas.CompleteRequest),
+        },
+        "/api/metrics": {
+            "get": _op("Engine metrics (Engine.metrics)", _json(schemas.Metrics, "A snapshot.")),
+        },
+    }
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "Fusee", "version": "1",
+                 "description": "Operate the runs of a Fusee engine: list, inspect, start, signal, "
+                                "query, update, cancel, terminate, resume, reset, complete, follow streams."},
+        "paths": paths,
+        "components": {
+            "schemas": components,
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+        },
+        "security": [{"bearer": []}, {}],
+    }

@@ -1,0 +1,90 @@
+"""The operator tests' application: workflows an operator lists, inspects and acts on.
+
+``fusee serve ops_app:make_engine`` serves it (the directory is ``$OPS_DIR``).
+``python ops_app.py DIR`` opens DIR, starts a few runs, prints ``ready`` once they
+are durable, and keeps the directory open until killed (a live directory).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+
+import fusee
+
+approve = fusee.signal("approve", bool)
+state = fusee.query("state", str)
+bump = fusee.update("bump", int, int)
+TOKENS: list[str] = []
+FIXED: set[str] = set()
+
+
+@fusee.workflow("order")
+async def order(ctx: fusee.Ctx, customer: str) -> str:
+    ctx.set_attributes({"customer": customer})
+    now = {"state": "new", "count": 0}
+    ctx.on_query(state, lambda: now["state"])
+
+    def on_bump(n: int) -> int:
+        now["count"] += n
+        return now["count"]
+
+    def positive(n: int) -> None:
+        if n <= 0:
+            raise ValueError("bump by a positive number")
+
+    ctx.on_update(bump, on_bump, validator=positive)
+    out = ctx.stream("log")
+    await out.write(f"order for {customer}")
+    now["state"] = await ctx.step("reserve", lambda: "reserved")
+    ok = await ctx.wait_for(approve)
+    now["state"] = "approved" if ok else "declined"
+    await out.write(now["state"])
+    await out.close()
+    return "shipped" if ok else "declined"
+
+
+def _hand_out(info: fusee.StepInfo) -> None:
+    assert info.token is not None
+    TOKENS.append(info.token)
+
+
+@fusee.workflow("approval")
+async def approval(ctx: fusee.Ctx, amount: int) -> str:
+    ctx.on_query(fusee.query("token", str), lambda: TOKENS[-1] if TOKENS else "")
+    who = await ctx.await_completion("manager", _hand_out, result_type=str)
+    return f"{amount} approved by {who}"
+
+
+@fusee.workflow("pauser")
+async def pauser(ctx: fusee.Ctx) -> str:
+    def flaky(info: fusee.StepInfo) -> str:
+        if "fixed" not in FIXED:
+            raise ConnectionError("the service is down")
+        return f"ok after attempt {info.attempt}"
+
+    return await ctx.step("call", flaky, retry=fusee.Retry(attempts=2, initial="1ms",
+                                                            pause_when_exhausted=True))
+
+
+WORKFLOWS = [order, approval, pauser]
+
+
+async def make_engine() -> fusee.Engine:
+    """The factory ``fusee serve`` calls: the engine on ``$OPS_DIR``."""
+    return await fusee.Engine.open(os.environ["OPS_DIR"], workflows=WORKFLOWS, segment_bytes=1 << 20)
+
+
+async def _live(directory: str) -> None:
+    engine = await fusee.Engine.open(directory, workflows=WORKFLOWS, segment_bytes=1 << 20)
+    await engine.start(order, "o-live", "acme")
+    # Ready once the run waits for its approval and that is durable: then nothing more is written.
+    while not any(type(r).__name__ == "Wait" for r in await engine.journal("o-live")):
+        await asyncio.sleep(0.005)
+    print("ready", flush=True)
+    await asyncio.Event().wait()
+
+
+if __name__ == "__main__":
+    asyncio.run(_live(sys.argv[1]))
