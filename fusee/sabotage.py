@@ -35,6 +35,11 @@ class Sabotage:
     resume_unreported_progress: bool = False
     #: ``reset`` delivers the signals that arrived after the cut twice.
     reapply_signal_twice: bool = False
+    #: A schedule starts its runs under IDs with a random suffix instead of ``{id}@{time}``
+    #: (a backfill or trigger of a time that fired starts it again).
+    schedule_random_id: bool = False
+    #: A window coordinator drops its open window's newest event when it continues as new.
+    window_drops_on_continue: bool = False
 
 
 #: The switches in force. Engine code reads them; only tests write them.

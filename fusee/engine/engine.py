@@ -24,6 +24,8 @@ from fusee.definitions import QueryDef, SignalDef, UpdateDef, WorkflowDef
 from fusee.durations import to_ms
 from fusee.engine import periodic, visibility
 from fusee.engine.visibility import Metrics, RunPage
+from fusee.flow.api import BUILTINS as FLOW_BUILTINS
+from fusee.flow.api import FlowAPI
 from fusee.errors import (
     CompletionFailed,
     CorruptRecord,
@@ -166,7 +168,7 @@ class _Opening:
             await self._engine.close()
 
 
-class Engine:
+class Engine(FlowAPI):
     """An engine on one directory. Open it with :meth:`Engine.open`."""
 
     _env: Env
@@ -291,6 +293,8 @@ class Engine:
                     "give the newer one @fusee.workflow(name, version=N)"
                 )
             registry[key] = w
+        for w in FLOW_BUILTINS:  # schedules and windows are workflows of every engine
+            registry[(w.name, w.version)] = w
         if not isinstance(checkpoint_every, int) or checkpoint_every < 1:
             raise ValueError(f"checkpoint_every must be a positive int, got {checkpoint_every!r}")
         interval = periodic.check_interval(checkpoint_interval)
