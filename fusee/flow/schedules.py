@@ -233,13 +233,18 @@ async def schedule_run(ctx: Ctx, state: dict[str, Any]) -> dict[str, Any]:
         stop_asked = True
         how = "cancel" if overlap == "cancel_other" else "terminate"
 
-        async def stop() -> None:
+        async def request() -> None:
             try:
                 st = rt.current(wid)
                 lsn = (rt.cancel if how == "cancel" else rt.terminate)(wid, f"schedule {sid}: {overlap}", None)
                 await rt.wait_durable(st.shard, lsn)
             except FuseeError:
                 pass  # it ended meanwhile (or never started): nothing to stop
+
+        async def stop() -> None:
+            # As an engine task of its own: the request must not run inside this step's
+            # own stack (ending the other run wakes tasks that this one would nest).
+            await rt.spawn(request())
 
         await ctx.step(f"{how} {wid}", stop)
 
@@ -248,6 +253,9 @@ async def schedule_run(ctx: Ctx, state: dict[str, Any]) -> dict[str, Any]:
         if s["deleted"]:
             return info()
         now = _ms(ctx)
+        if tracked is not None and tracked.done():
+            tracked = None  # before the due times: one that came due as it ended finds it gone
+            running_id[0] = None
         if s["next_ms"] is None:
             s["first_ms"] = next_after(spec, now - 1)
             set_next(now - 1)
@@ -275,9 +283,6 @@ async def schedule_run(ctx: Ctx, state: dict[str, Any]) -> dict[str, Any]:
         for t in triggers:
             offer(t)
         triggers.clear()
-        if tracked is not None and tracked.done():
-            tracked = None
-            running_id[0] = None
         while tracked is None and s["buffered"]:
             fire(s["buffered"].pop(0))
         if tracked is not None and s["buffered"] and overlap in ("cancel_other", "terminate_other") \
