@@ -50,6 +50,8 @@ FUSEE_OPTIONS: dict[str, list[str]] = {
     "list": ["--engine-opt=park_after=1"],
 }
 DBOS_WORKLOADS = ["chain", "fanout", "start", "signals", "timers"]
+#: Flow control workloads (issue 12), run by ``workloads_flow.py``.
+FLOW_WORKLOADS = ["schedules", "enqueue"]
 
 
 def log(message: str) -> None:
@@ -226,6 +228,9 @@ ROWS: list[tuple[str, str, str, str, bool]] = [
     ("stream", "chunks_per_s", "stream: chunks/s written and read live", "n", True),
     ("stream", "p50_us", "stream: write → read p50", "us", False),
     ("stream", "p99_us", "stream: write → read p99", "us", False),
+    ("schedules", "lateness_p50_us", "1,000 schedules of 1 s: fire lateness p50", "us", False),
+    ("schedules", "lateness_p99_us", "1,000 schedules of 1 s: fire lateness p99", "us", False),
+    ("enqueue", "events_per_s", "enqueue into 1,000 keys (100 ms debounce): events/s", "n", True),
 ]
 
 
@@ -428,6 +433,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="Fusee workloads to run (comma-separated)")
     parser.add_argument("--dbos", default=",".join(DBOS_WORKLOADS),
                         help="DBOS workloads to run (comma-separated)")
+    parser.add_argument("--flow", default=",".join(FLOW_WORKLOADS),
+                        help="flow control workloads to run (comma-separated)")
+    parser.add_argument("--schedule-seconds", type=float, default=None,
+                        help="how long the 1,000 schedules fire (default 60 s, 5 s with --quick)")
     parser.add_argument("--out", type=Path, default=common.RESULTS_DIR)
     parser.add_argument("--timeout", type=float, default=1800,
                         help="seconds before one workload script is abandoned")
@@ -480,6 +489,12 @@ def _run_everything(args: argparse.Namespace, session: Path, size_flags: list[st
         collect("fusee", run_script(
             [sys.executable, str(here / "workloads_fusee.py"), workload, *quick, *size_flags,
              *FUSEE_OPTIONS.get(workload, FUSEE_OPTIONS["*"])],
+            f"fusee {workload}", args.timeout), workload)
+
+    seconds = [] if args.schedule_seconds is None else ["--schedule-seconds", str(args.schedule_seconds)]
+    for workload in [w for w in args.flow.split(",") if w]:
+        collect("fusee", run_script(
+            [sys.executable, str(here / "workloads_flow.py"), workload, *quick, *seconds],
             f"fusee {workload}", args.timeout), workload)
 
     have_dbos = not args.no_dbos and ensure_dbos_venv()

@@ -63,6 +63,8 @@ class ScheduleInfo:
     skipped_overlap: int
     #: Scheduled times missed by more than ``catchup_window`` (downtime, clock jumps).
     skipped_catchup: int
+    #: Scheduled times that passed while the schedule was paused (not run).
+    skipped_paused: int
     #: Scheduled times waiting for the running run to end.
     buffered: int
     #: The run it waits for (overlap policies other than ``allow_all``), if one runs.
@@ -80,7 +82,7 @@ class ScheduleInfo:
             every=datetime.timedelta(milliseconds=spec["every_ms"]) if spec["every_ms"] else None,
             cron=spec["cron"], timezone=spec["timezone"], overlap=spec["overlap"], paused=s["paused"],
             next_time=_when(s["next_ms"]), fired=s["fired"], skipped_overlap=s["skipped_overlap"],
-            skipped_catchup=s["skipped_catchup"], buffered=len(s["buffered"]), running=s.get("running"),
+            skipped_catchup=s["skipped_catchup"], skipped_paused=s.get("skipped_paused", 0), buffered=len(s["buffered"]), running=s.get("running"),
             last_run=s["last_run"], last_error=s["last_error"],
         )
 

@@ -129,11 +129,24 @@ def times_between(spec: dict[str, Any], start_ms: int, end_ms: int) -> list[int]
     return out
 
 
+def count_between(spec: dict[str, Any], start_ms: int, end_ms: int) -> int:
+    """How many scheduled times lie in ``[start_ms, end_ms]`` (arithmetic for ``every``)."""
+    every = spec["every_ms"]
+    if every is not None:
+        first = next_after(spec, start_ms - 1)
+        return 0 if first > end_ms else (end_ms - first) // every + 1
+    n, t = 0, next_after(spec, start_ms - 1)
+    while t <= end_ms:
+        n += 1
+        t = next_after(spec, t)
+    return n
+
+
 def initial_state(spec: dict[str, Any], paused: bool) -> dict[str, Any]:
     """A new schedule's state (its first turn fills in the times from ``ctx.now()``)."""
     return {
         "spec": spec, "paused": bool(paused), "next_ms": None, "due_ms": None, "first_ms": None,
-        "fired": 0, "skipped_overlap": 0, "skipped_catchup": 0, "buffered": [], "last_run": None,
+        "fired": 0, "skipped_overlap": 0, "skipped_catchup": 0, "skipped_paused": 0, "buffered": [], "last_run": None,
         "deleted": False, "last_error": None,
     }
 
@@ -173,7 +186,11 @@ async def schedule_run(ctx: Ctx, state: dict[str, Any]) -> dict[str, Any]:
         elif op == "unpause":
             if s["paused"]:
                 s["paused"] = False
-                set_next(_ms(ctx))  # times that passed while paused are not caught up
+                now = _ms(ctx)
+                if s["next_ms"] is not None:
+                    # Times that passed while paused are not caught up: they are counted.
+                    s["skipped_paused"] = s.get("skipped_paused", 0) + count_between(spec, s["next_ms"], now)
+                set_next(now)
         elif op == "trigger":
             triggers.append(_ms(ctx))
         elif op == "backfill":

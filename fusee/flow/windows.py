@@ -145,8 +145,6 @@ async def coordinator(ctx: Ctx, state: dict[str, Any]) -> None:
             await asyncio.sleep(0)  # lets update handlers that were accepted finish first
             if sabotage.active.window_drops_on_continue and s["open"] is not None:
                 s["open"]["events"].pop()
-                if not s["open"]["events"]:
-                    s["open"] = None
             await ctx.continue_as_new(s)
         waits: list[asyncio.Future[Any]] = [asyncio.ensure_future(wake.wait())]
         if running is not None:

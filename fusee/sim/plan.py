@@ -89,7 +89,42 @@ class Reset:
     before_step: str
 
 
-Action = Start | Signal | Cancel | Terminate | Update | Query | Complete | Reset
+@dataclasses.dataclass(frozen=True)
+class ScheduleAction:
+    """Make schedule ``id`` of the flow jobs' ``tick`` (see ``fusee.sim.flowjobs``)."""
+
+    id: str
+    every_ms: int
+    overlap: str
+    catchup_ms: int
+    jitter_ms: int
+    #: How long each scheduled run works (it may overlap the next time).
+    work_ms: int
+
+
+@dataclasses.dataclass(frozen=True)
+class ScheduleControl:
+    """``pause``, ``unpause``, ``trigger``, ``backfill`` (the last ``span_ms``) or ``delete`` schedule ``id``."""
+
+    id: str
+    op: str
+    span_ms: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class Enqueue:
+    """``engine.enqueue(workflow, key, event, event_id=event_id)``, resent with the same event ID."""
+
+    workflow: str
+    key: str
+    event: Any
+    event_id: str
+
+
+#: The flow requests (issue 12): the world hands them to ``fusee.sim.flowjobs``.
+FLOW_ACTIONS = (ScheduleAction, ScheduleControl, Enqueue)
+
+Action = Start | Signal | Cancel | Terminate | Update | Query | Complete | Reset | ScheduleAction | ScheduleControl | Enqueue
 
 
 @dataclasses.dataclass
@@ -109,3 +144,5 @@ class Plan:
     counters: Callable[[], dict[str, int]] = lambda: {}
     #: The mock service whose effects the step checkers read (``fusee.sim.service.Service``), if any.
     service: Any = None
+    #: The flow jobs' observer (``fusee.sim.flowjobs.FlowObserver``), if the plan has flow jobs.
+    flow: Any = None

@@ -14,6 +14,7 @@ import random
 from typing import Any
 
 import fusee
+from fusee.sim import flowjobs
 from fusee.sim.config import SimConfig
 from fusee.sim.plan import Cancel, Complete, Plan, Query, Reset, Signal, Start, Terminate, Update
 from fusee.sim.service import Service, TransientError, stable_hash
@@ -310,6 +311,7 @@ def build(cfg: SimConfig) -> Plan:
         "saga": saga, "approval": approval, "export": export,
         "resettable": resettable,
     })
+    flowjobs.add(cfg, plan)
     return plan
 
 

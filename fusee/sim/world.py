@@ -25,12 +25,23 @@ import fusee
 from fusee import errors
 from fusee.core import records as rec
 from fusee.runtime.table import dedup_key
-from fusee.sim import checkers, workload
+from fusee.sim import checkers, flowjobs, workload
 from fusee.sim.checkers import Observed, Outcome, RunView, Snapshot
 from fusee.sim.config import SimConfig
 from fusee.sim.env import SimEnv
 from fusee.sim.loop import SimDeadlock, SimLoop
-from fusee.sim.plan import Action, Cancel, Complete, Plan, Reset, Signal, Start, Terminate, Update
+from fusee.sim.plan import (
+    FLOW_ACTIONS,
+    Action,
+    Cancel,
+    Complete,
+    Plan,
+    Reset,
+    Signal,
+    Start,
+    Terminate,
+    Update,
+)
 from fusee.sim.report import Report
 from fusee.storage.log import SharedLog
 from fusee.storage.simdisk import SimDisk
@@ -488,7 +499,11 @@ class World:
         if self.acked[ix]:
             return
         action = self.actions[ix]
-        if not isinstance(action, Start) and action.id not in self.obs.starts:
+        if isinstance(action, FLOW_ACTIONS):
+            if not flowjobs.ready(self, action):
+                self._schedule_action(ix, self.loop.now + 0.005)
+                return
+        elif not isinstance(action, Start) and action.id not in self.obs.starts:
             # The client only talks to workflows whose start it saw acknowledged.
             self._schedule_action(ix, self.loop.now + 0.005)
             return
@@ -575,6 +590,8 @@ class World:
         return workflow
 
     async def _request(self, engine: Any, action: Action) -> tuple[str, Any]:
+        if isinstance(action, FLOW_ACTIONS):
+            return await flowjobs.request(self, engine, action)
         if isinstance(action, Start):
             wf = self._resolve(action.workflow)
             # A start sent again after a crash attaches to the run it made.
@@ -662,6 +679,9 @@ class World:
     def _observe(self, action: Action, answer: tuple[str, Any]) -> None:
         status, value = answer
         self.log(f"{_describe(action)}: {status} {value!r}")
+        if isinstance(action, FLOW_ACTIONS):
+            flowjobs.observe(self, action, answer)
+            return
         if isinstance(action, Start):
             self.obs.start_acked(action.id, action.kind)
             self._watch(action.id)
@@ -703,6 +723,8 @@ class World:
             except errors.NotFound:
                 snap.runs[wid] = RunView(wid, None)
         snap.stuck = dict(engine.stuck())
+        if self.plan.flow is not None:
+            snap.schedules = await flowjobs.final_states(engine, self.plan.flow)
         return snap
 
     def _check(self, *, final: bool, extra: Any = None) -> None:
@@ -717,6 +739,9 @@ class World:
         problems = checkers.check_all(self.obs, snap, self.plan.service_violations(), final=final)
         if extra is not None:
             problems += extra(snap)
+        if self.plan.flow is not None:
+            problems += checkers.check_schedule_fires(self.plan.flow, snap.schedules, final=final)
+            problems += checkers.check_windows(self.plan.flow, final=final)
         svc = self.svc
         if svc is not None:
             problems += checkers.check_cancel_gate(svc.effects, self.obs.cancels, svc.cancels_seen)
@@ -729,7 +754,7 @@ class World:
             raise self.fail(problems[0])
 
     def _all_done(self) -> bool:
-        if not all(self.acked):
+        if not all(self.acked) or not flowjobs.settled(self):
             return False
         for wid in self.obs.starts:
             if wid not in self.obs.results:
@@ -915,6 +940,8 @@ def _describe(action: Action) -> str:
         return f"{'fail' if action.fail else 'complete'} {action.id} with {action.value!r}"
     if isinstance(action, Reset):
         return f"reset {action.id} before {action.before_step!r}"
+    if isinstance(action, FLOW_ACTIONS):
+        return repr(action)
     return f"query {action.query.name} of {action.id}"
 
 
