@@ -18,8 +18,6 @@ from fusee.definitions import (
     workflow,
 )
 from fusee.engine.engine import AuditEntry, Engine, RunHandle, RunSummary
-from fusee.flow.api import ScheduleInfo
-from fusee.flow.rules import Batch, Debounce, Receipt
 from fusee.engine.visibility import Metrics, RunPage, ShardMetrics
 from fusee.errors import (
     AlreadyExists,
@@ -34,8 +32,8 @@ from fusee.errors import (
     InvalidQuery,
     InvalidSchedule,
     NotFound,
-    NotWindowed,
     NotInAStep,
+    NotWindowed,
     QueryFailed,
     ScheduleExists,
     ScheduleNotFound,
@@ -50,6 +48,8 @@ from fusee.errors import (
     WorkflowTimedOut,
     WrongEventLoop,
 )
+from fusee.flow.api import ScheduleInfo
+from fusee.flow.rules import Batch, Debounce, Receipt
 from fusee.retry import Retry
 from fusee.runtime.context import ChildHandle, Ctx, StepInfo
 from fusee.step import step, step_info
@@ -79,8 +79,8 @@ __all__ = [
     "InvalidSchedule",
     "Metrics",
     "NotFound",
-    "NotWindowed",
     "NotInAStep",
+    "NotWindowed",
     "QueryDef",
     "QueryFailed",
     "Receipt",

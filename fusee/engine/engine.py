@@ -24,8 +24,6 @@ from fusee.definitions import QueryDef, SignalDef, UpdateDef, WorkflowDef
 from fusee.durations import to_ms
 from fusee.engine import periodic, visibility
 from fusee.engine.visibility import Metrics, RunPage
-from fusee.flow.api import BUILTINS as FLOW_BUILTINS
-from fusee.flow.api import FlowAPI
 from fusee.errors import (
     CompletionFailed,
     CorruptRecord,
@@ -36,6 +34,8 @@ from fusee.errors import (
     StorageError,
     WrongEventLoop,
 )
+from fusee.flow.api import BUILTINS as FLOW_BUILTINS
+from fusee.flow.api import FlowAPI
 from fusee.retry import Retry
 from fusee.runtime import ended, history
 from fusee.runtime.context import Duration

@@ -115,10 +115,11 @@ class FlowAPI:
 
     if TYPE_CHECKING:
         def _check_open(self) -> None: ...
-        async def start(self, workflow: Any, workflow_id: str, input: Any = None, **kw: Any) -> Any: ...
-        async def update(self, workflow_id: str, update: Any, arg: Any = None, **kw: Any) -> Any: ...
-        async def update_with_start(self, workflow: Any, workflow_id: str, input: Any, update: Any,
-                                    arg: Any = None, **kw: Any) -> Any: ...
+
+    @property
+    def _flow_engine(self) -> Any:
+        """This engine, for the methods :class:`fusee.Engine` defines (start, update, ...)."""
+        return self
 
     # --- schedules -------------------------------------------------------------
 
@@ -174,7 +175,7 @@ class FlowAPI:
                     "first to replace it"
                 )
             return
-        await self.start(schedules.schedule_run, wid, schedules.initial_state(spec, paused),
+        await self._flow_engine.start(schedules.schedule_run, wid, schedules.initial_state(spec, paused),
                          if_running="attach", if_finished="start")
 
     async def _schedule_state(self, schedule_id: str, request: dict[str, Any]) -> dict[str, Any]:
@@ -185,7 +186,7 @@ class FlowAPI:
             if st is None or not st.running:
                 raise ScheduleNotFound(f"no schedule {schedule_id!r} exists (never made, or deleted)")
             try:
-                answer: dict[str, Any] = await self.update(wid, schedules.CONTROL, request)
+                answer: dict[str, Any] = await self._flow_engine.update(wid, schedules.CONTROL, request)
                 return answer
             except (UpdateFailed, WorkflowEnded) as e:
                 if isinstance(e, UpdateFailed) and "ended before" not in str(e):
@@ -280,7 +281,7 @@ class FlowAPI:
         arg = {"id": event_id, "event": plain}
         for _ in range(_ATTEMPTS):
             try:
-                answer = await self.update_with_start(
+                answer = await self._flow_engine.update_with_start(
                     windows.coordinator, cid, windows.initial_state(wdef.name, key, wdef.window),
                     windows.EVENT, arg, update_id="event:" + event_id,
                 )

@@ -111,10 +111,10 @@ def _cron_next(expr: str, tz: str, after_ms: int) -> int:
 
 def next_after(spec: dict[str, Any], t_ms: int) -> int:
     """The first scheduled time strictly after ``t_ms``. ``every`` counts from the Unix epoch."""
-    every = spec["every_ms"]
+    every: int | None = spec["every_ms"]
     if every is not None:
         return (t_ms // every + 1) * every
-    return _cron_next(spec["cron"], spec["timezone"], t_ms)
+    return _cron_next(str(spec["cron"]), str(spec["timezone"]), t_ms)
 
 
 def times_between(spec: dict[str, Any], start_ms: int, end_ms: int) -> list[int]:
@@ -162,7 +162,7 @@ async def schedule_run(ctx: Ctx, state: dict[str, Any]) -> dict[str, Any]:
     spec: dict[str, Any] = s["spec"]
     sid: str = spec["id"]
     overlap: str = spec["overlap"]
-    rt = ctx._run.rt
+    rt: Any = ctx._run.rt  # the runtime: registry lookups, and cancels of runs it started
     wake = asyncio.Event()
     tracked: asyncio.Future[Any] | None = None
     stop_asked = False
@@ -210,7 +210,7 @@ async def schedule_run(ctx: Ctx, state: dict[str, Any]) -> dict[str, Any]:
     async def follow(aw: Any) -> None:
         try:
             await aw
-        except Exception:  # noqa: BLE001 - however the run ended, it no longer overlaps
+        except Exception:
             pass
 
     def fire(t_ms: int) -> None:

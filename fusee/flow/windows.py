@@ -87,7 +87,7 @@ async def coordinator(ctx: Ctx, state: dict[str, Any]) -> None:
     name: str = s["workflow"]
     key: str = s["key"]
     dedup: dict[str, list[Any]] = s["dedup"]
-    rt = ctx._run.rt
+    rt: Any = ctx._run.rt  # the runtime: registry lookups, and cancels of runs it started
     wake = asyncio.Event()
     running: asyncio.Future[Any] | None = None
     taken = 0
@@ -122,7 +122,7 @@ async def coordinator(ctx: Ctx, state: dict[str, Any]) -> None:
     async def follow(aw: Any) -> None:
         try:
             await aw
-        except Exception:  # noqa: BLE001 - a failed window run is its own business; the next one follows
+        except Exception:
             pass
 
     while True:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import itertools
 import json
 import os
 import signal
@@ -59,7 +60,7 @@ def test_a_schedule_fires_each_time_once_across_a_sigkill(tmp_path: Path) -> Non
     assert all(len(r) == 1 for r in runs.values()), runs
     # Exactly once inside the catch-up window: no time missing between the first and the last.
     times = sorted(datetime.datetime.fromisoformat(w.split("@")[1].replace("Z", "+00:00")) for w in runs)
-    steps = {(b - a) for a, b in zip(times, times[1:], strict=False)}
+    steps = {(b - a) for a, b in itertools.pairwise(times)}
     assert steps == {datetime.timedelta(milliseconds=100)}, sorted(steps)
     assert len(times) >= 30
 
