@@ -43,6 +43,8 @@ class FlowObserver:
     #: Schedules the client made (acknowledged), and the spec each was made with.
     schedules: dict[str, ScheduleAction] = dataclasses.field(default_factory=dict)
     deleted: set[str] = dataclasses.field(default_factory=set)
+    #: Scheduled times the deleted schedules counted as skipped.
+    skipped: int = 0
     violations: list[str] = dataclasses.field(default_factory=list)
 
 
@@ -88,6 +90,11 @@ def add(cfg: Any, plan: Plan) -> None:
         return int(await ctx.step("record", record))
 
     plan.workflows += [tick, echo]
+    counters = plan.counters
+    plan.counters = lambda: {
+        **counters(), "scheduled": len(obs.ticks), "schedule_skips": obs.skipped,
+        "events_queued": len(obs.receipts), "windows_run": len(obs.windows),
+    }
     if use_schedule:
         overlap = rng.choice(schedules.OVERLAPS)
         every = rng.choice([50, 80, 120])
@@ -181,7 +188,9 @@ async def final_states(engine: Any, obs: FlowObserver) -> dict[str, dict[str, An
     """The final state of every deleted schedule (its run's result)."""
     out: dict[str, dict[str, Any]] = {}
     for sid in obs.deleted:
-        out[sid] = await engine.get(schedules.PREFIX + sid).result()
+        out[sid] = s = await engine.get(schedules.PREFIX + sid).result()
+    obs.skipped = sum(s["skipped_overlap"] + s["skipped_catchup"] + s.get("skipped_paused", 0)
+                      for s in out.values())
     return out
 
 

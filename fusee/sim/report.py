@@ -66,6 +66,13 @@ class Report:
     #: Acknowledged resets, and signals they delivered again.
     resets: int = 0
     signals_reapplied: int = 0
+    #: Scheduled runs that ran, and scheduled times a schedule skipped and counted
+    #: (overlap, catch-up window, pause).
+    scheduled: int = 0
+    schedule_skips: int = 0
+    #: Enqueued events acknowledged (distinct event IDs), and the window runs that took them.
+    events_queued: int = 0
+    windows_run: int = 0
     sim_ms: int = 0
 
     def line(self) -> str:
@@ -106,6 +113,10 @@ COVERAGE = (
     "resumed_exports",
     "resets",
     "signals_reapplied",
+    "scheduled",
+    "schedule_skips",
+    "events_queued",
+    "windows_run",
 )
 
 
