@@ -273,6 +273,12 @@ async def schedule_run(ctx: Ctx, state: dict[str, Any]) -> dict[str, Any]:
         if tracked is not None and tracked.done():
             tracked = None  # before the due times: one that came due as it ended finds it gone
             running_id[0] = None
+        if turns >= CONTINUE_EVERY and tracked is None and not triggers:
+            # Before anything new starts (a backlog of buffered times must not keep the
+            # journal growing); due times stay due for the next run.
+            await asyncio.sleep(0)  # lets update handlers that were accepted finish first
+            if not triggers:
+                await ctx.continue_as_new(s)
         if s["next_ms"] is None:
             s["first_ms"] = next_after(spec, now - 1)
             set_next(now - 1)
@@ -306,9 +312,6 @@ async def schedule_run(ctx: Ctx, state: dict[str, Any]) -> dict[str, Any]:
                 and not stop_asked:
             await stop_tracked()
         turns += 1
-        if turns >= CONTINUE_EVERY and tracked is None and not triggers:
-            await asyncio.sleep(0)  # lets update handlers that were accepted finish first
-            await ctx.continue_as_new(s)
         waits: list[asyncio.Future[Any]] = [asyncio.ensure_future(wake.wait())]
         if tracked is not None:
             waits.append(tracked)
