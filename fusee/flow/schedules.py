@@ -166,6 +166,8 @@ async def schedule_run(ctx: Ctx, state: dict[str, Any]) -> dict[str, Any]:
     wake = asyncio.Event()
     tracked: asyncio.Future[Any] | None = None
     stop_asked = False
+    #: A due time came while a run ran, under cancel_other/terminate_other: stop that run.
+    stop_wanted = False
     triggers: list[int] = []
 
     def set_next(after_ms: int) -> None:
@@ -214,7 +216,7 @@ async def schedule_run(ctx: Ctx, state: dict[str, Any]) -> dict[str, Any]:
             pass
 
     def fire(t_ms: int) -> None:
-        nonlocal tracked, stop_asked
+        nonlocal tracked, stop_asked, stop_wanted
         wid = run_id_of(sid, t_ms)
         if sabotage.active.schedule_random_id:
             wid += "~" + ctx.uuid4().hex[:8]
@@ -230,9 +232,10 @@ async def schedule_run(ctx: Ctx, state: dict[str, Any]) -> dict[str, Any]:
             return
         tracked = asyncio.ensure_future(follow(ctx.child(wdef, wid, spec["input"], close_policy="abandon")))
         running_id[0] = wid
-        stop_asked = False
+        stop_asked = stop_wanted = False
 
     def offer(t_ms: int) -> None:
+        nonlocal stop_wanted
         if tracked is None:
             fire(t_ms)
         elif overlap == "skip" or (overlap == "buffer_one" and s["buffered"]):
@@ -242,6 +245,7 @@ async def schedule_run(ctx: Ctx, state: dict[str, Any]) -> dict[str, Any]:
         else:  # cancel_other, terminate_other: the newest time replaces what waited
             s["skipped_overlap"] += len(s["buffered"])
             s["buffered"] = [t_ms]
+            stop_wanted = True
 
     async def stop_tracked() -> None:
         nonlocal stop_asked
@@ -308,8 +312,7 @@ async def schedule_run(ctx: Ctx, state: dict[str, Any]) -> dict[str, Any]:
         triggers.clear()
         while tracked is None and s["buffered"]:
             fire(s["buffered"].pop(0))
-        if tracked is not None and s["buffered"] and overlap in ("cancel_other", "terminate_other") \
-                and not stop_asked:
+        if tracked is not None and stop_wanted and not stop_asked:
             await stop_tracked()
         turns += 1
         waits: list[asyncio.Future[Any]] = [asyncio.ensure_future(wake.wait())]

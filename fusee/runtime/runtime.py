@@ -534,6 +534,10 @@ class Runtime:
                 and self._reset_from(ref, st.parent.run):
             st.parent = ref  # the parent was reset (or continued) past this child's start: it adopts it
         if st.parent != ref:
+            if detached:
+                # Its parent waits for nothing: waking it (a parked parent replays) would
+                # resend this start at every wake, forever.
+                return
             err = codec.encode_error(
                 AlreadyExists(f"child workflow id '{child.id}' is in use by another workflow")
             )

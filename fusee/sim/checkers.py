@@ -585,6 +585,9 @@ def check_schedule_fires(flow: Any, finals: dict[str, dict[str, Any]], *, final:
     for wid, runs in sorted(flow.ticks.items()):
         if len(runs) > 1:
             out.append(f"scheduled workflow {wid} was started as runs {sorted(runs)}: one scheduled time fired twice")
+    # Started runs: those whose step ran, and those the engine holds (a run
+    # cancelled by the next time's cancel_other may end before its first step).
+    for wid in sorted(set(flow.ticks) | set(flow.started)):
         at = fired_time(wid)
         if at is None:
             out.append(f"scheduled run {wid} does not name its schedule and time as {{id}}@{{ISO time}}")

@@ -43,6 +43,8 @@ class FlowObserver:
     #: Schedules the client made (acknowledged), and the spec each was made with.
     schedules: dict[str, ScheduleAction] = dataclasses.field(default_factory=dict)
     deleted: set[str] = dataclasses.field(default_factory=set)
+    #: Scheduled runs the engine holds (started, whether or not their step ran).
+    started: set[str] = dataclasses.field(default_factory=set)
     #: Scheduled times the deleted schedules counted as skipped.
     skipped: int = 0
     violations: list[str] = dataclasses.field(default_factory=list)
@@ -185,8 +187,9 @@ def settled(world: Any) -> bool:
 
 
 async def final_states(engine: Any, obs: FlowObserver) -> dict[str, dict[str, Any]]:
-    """The final state of every deleted schedule (its run's result)."""
+    """The final state of every deleted schedule (its run's result); notes the scheduled runs that exist."""
     out: dict[str, dict[str, Any]] = {}
+    obs.started = {r.workflow_id for r in engine.runs() if r.workflow == "tick"}
     for sid in obs.deleted:
         out[sid] = s = await engine.get(schedules.PREFIX + sid).result()
     obs.skipped = sum(s["skipped_overlap"] + s["skipped_catchup"] + s.get("skipped_paused", 0)
