@@ -222,3 +222,24 @@ async def test_a_long_lived_schedule_continues_as_new_and_keeps_its_counts() -> 
         assert len(set(started)) == len(started)
         journal = await env.journal("fusee:schedule:s")
         assert len(journal) < 20 * schedules.CONTINUE_EVERY
+
+
+async def test_a_backfill_of_fired_times_leaves_a_parked_schedule_parked() -> None:
+    """Regression: the start of a detached child whose ID is in use woke its (parked) parent,
+    whose replay sent the start again: a schedule with allow_all spun forever."""
+    async with TestEngine(workflows=[job], skip_time=False, park_after=0) as env:
+        every = 60_000
+        first = grid(env, every)
+        await env.schedule("s", job, 1, every="1m", overlap="allow_all")
+        now = int(env.now().timestamp() * 1000)
+        await env.skip(f"{first - now + 2 * every}ms")
+        await until(lambda: len(started) == 3)
+        start = datetime.datetime.fromtimestamp(first / 1000, tz=datetime.UTC)
+        info = await env.backfill_schedule("s", start, start + datetime.timedelta(minutes=3))
+        assert info.fired == 3
+        await until(lambda: env.describe_schedule is not None and env.schedules()[0].fired == 6)
+        woken = env.stats["woken"]
+        for _ in range(50):  # many turns of the loop: nothing should wake it now
+            await asyncio.sleep(0.002)
+        assert env.stats["woken"] - woken <= 2
+        assert len(started) == 3  # the backfilled times had fired: nothing started again
