@@ -649,6 +649,7 @@ class World:
         while busy in self.resetting:
             await asyncio.sleep(0.001)
         if action.id in self.obs.results:
+            engine._check_open()  # during a close the engine refuses, as it would the reset itself
             return ("late", None)  # it finished: a reset would run it again
         self.resetting.add(busy)
         try:
