@@ -191,7 +191,7 @@ async def final_states(engine: Any, obs: FlowObserver) -> dict[str, dict[str, An
     out: dict[str, dict[str, Any]] = {}
     obs.started = {r.workflow_id for r in engine.runs() if r.workflow == "tick"}
     for sid in obs.deleted:
-        out[sid] = s = await engine.get(schedules.PREFIX + sid).result()
+        out[sid] = await engine.get(schedules.PREFIX + sid).result()
     obs.skipped = sum(s["skipped_overlap"] + s["skipped_catchup"] + s.get("skipped_paused", 0)
                       for s in out.values())
     return out
