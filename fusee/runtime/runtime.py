@@ -260,7 +260,7 @@ class Runtime:
         if found is None:
             raise UnknownWorkflow(
                 f"no workflow named {name!r} is registered with this engine "
-                f"(registered: {', '.join(sorted(self.workflows)) or 'none'}); "
+                f"(registered: {', '.join(sorted(n for n in self.workflows if not n.startswith('fusee:'))) or 'none'}); "
                 "pass it in Engine.open(..., workflows=[...])"
             )
         return found
