@@ -263,3 +263,22 @@ def timeline(records: list[rec.Record]) -> list[dict[str, Any]]:
             else:
                 e["error"] = _error_text(r.payload) if r.payload else None
     return out
+
+
+def schedule(info: Any) -> dict[str, Any]:
+    """A :class:`fusee.ScheduleInfo` as JSON (ISO times, the period in seconds)."""
+    return {
+        "schedule_id": info.schedule_id, "workflow": info.workflow,
+        "every": info.every.total_seconds() if info.every is not None else None,
+        "cron": info.cron, "timezone": info.timezone, "overlap": info.overlap, "paused": info.paused,
+        "next_time": iso(info.next_time), "fired": info.fired, "skipped_overlap": info.skipped_overlap,
+        "skipped_catchup": info.skipped_catchup, "skipped_paused": info.skipped_paused,
+        "buffered": info.buffered, "running": info.running, "last_run": info.last_run,
+        "last_error": info.last_error,
+    }
+
+
+def limit(status: Any) -> dict[str, Any]:
+    """A :class:`fusee.LimitStatus` as JSON."""
+    return {"name": status.name, "concurrency": status.concurrency, "per_second": status.per_second,
+            "in_use": status.in_use, "waiting": status.waiting}

@@ -10,6 +10,7 @@ thread), each call is handed to the engine's loop.
 from __future__ import annotations
 
 import asyncio
+import datetime
 import functools
 import hmac
 import importlib
@@ -27,7 +28,7 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 import fusee
-from fusee import codec, errors, journal_file, views
+from fusee import codec, errors, journal_file, objects, views
 from fusee.engine.visibility import MAX_LIMIT
 from fusee.http import openapi, schemas
 
@@ -47,6 +48,8 @@ _STATUS: dict[type[BaseException], int] = {
     errors.EngineClosed: 503,
     errors.StorageError: 503,
     errors.WrongEventLoop: 500,
+    errors.UnknownLimit: 404,
+    errors.ObjectVersionConflict: 409,
 }
 
 
@@ -347,6 +350,174 @@ class _Api:
             raise BadRequest(str(e), "token") from None
         return JSONResponse({"completed": done})
 
+    # --- schedules -----------------------------------------------------------------
+
+    @_handler()
+    async def list_schedules(self, request: Request) -> Response:
+        infos = await self.read(lambda: list(self.engine.schedules()))
+        return JSONResponse({"schedules": [views.schedule(i) for i in infos]})
+
+    def sid(self, request: Request) -> str:
+        sid: str = request.path_params["schedule_id"]
+        return sid
+
+    @_handler()
+    async def describe_schedule(self, request: Request) -> Response:
+        sid = self.sid(request)
+        return JSONResponse(views.schedule(await self.call(lambda: self.engine.describe_schedule(sid))))
+
+    @_handler()
+    async def schedule_action(self, request: Request) -> Response:
+        sid, op = self.sid(request), request.path_params["op"]
+        acts = {"pause": self.engine.pause_schedule, "unpause": self.engine.unpause_schedule,
+                "trigger": self.engine.trigger_schedule, "delete": self.engine.delete_schedule}
+        act = acts.get(op)
+        if act is None:
+            raise BadRequest(f"no schedule action {op!r}: use one of {', '.join(acts)} or backfill", "path",
+                             status=404, type="NotFound")
+        await _body(request, schemas.Empty)  # nothing is expected: a stray field is refused
+        return JSONResponse(views.schedule(await self.call(lambda: act(sid))))
+
+    @_handler()
+    async def backfill_schedule(self, request: Request) -> Response:
+        sid = self.sid(request)
+        body = await _body(request, schemas.BackfillRequest)
+        start, end = _time(body.start, "start"), _time(body.end, "end")
+        if end <= start:
+            raise BadRequest(f"end ({body.end}) must come after start ({body.start})", "end")
+        try:
+            info = await self.call(lambda: self.engine.backfill_schedule(sid, start, end))
+        except errors.InvalidSchedule as e:
+            raise BadRequest(str(e), "end", type="InvalidSchedule") from None
+        return JSONResponse(views.schedule(info))
+
+    # --- step limits ---------------------------------------------------------------
+
+    @_handler()
+    async def list_limits(self, request: Request) -> Response:
+        status = await self.read(self.engine.limits)
+        return JSONResponse({"limits": [views.limit(s) for _, s in sorted(status.items())]})
+
+    @_handler()
+    async def set_limit(self, request: Request) -> Response:
+        name: str = request.path_params["name"]
+        body = await _body(request, schemas.SetLimitRequest)
+        changes: dict[str, Any] = {}
+        if body.concurrency is not msgspec.UNSET:
+            if body.concurrency is not None and body.concurrency < 1:
+                raise BadRequest(f"concurrency must be at least 1 (or null: no bound), got {body.concurrency}",
+                                 "concurrency")
+            changes["concurrency"] = body.concurrency
+        if body.per_second is not msgspec.UNSET:
+            if body.per_second is not None and not body.per_second > 0:
+                raise BadRequest(f"per_second must be more than 0 (or null: no bound), got {body.per_second}",
+                                 "per_second")
+            changes["per_second"] = body.per_second
+        if not changes:
+            raise BadRequest("give concurrency, per_second or both", "concurrency")
+        await self.read(lambda: self.engine.set_limit(name, **changes))
+        status = await self.read(self.engine.limits)
+        return JSONResponse(views.limit(status[name]))
+
+    # --- keyed objects' state ------------------------------------------------------
+
+    def obj(self, request: Request) -> tuple[Any, str]:
+        """The keyed object named in the path (404 naming ``object`` if the engine has none)."""
+        name: str = request.path_params["object"]
+        key: str = request.path_params["key"]
+        found = self.engine._rt.versions.get((objects.PREFIX + name, 1))
+        owner = getattr(getattr(found, "fn", None), "__self__", None)
+        if not isinstance(owner, objects.ObjectDef):
+            raise BadRequest(f"this engine has no keyed object named {name!r}", "object", status=404,
+                             type="NotFound")
+        return owner, key
+
+    async def precheck(self, obj: Any, key: str, if_version: int | None,
+                       patch: list[dict[str, Any]] | None = None) -> None:
+        """Refuses an edit that would fail, from a read (which records nothing): a stale
+        ``if_version`` (409) or a patch that does not apply (400). The object's run checks
+        again when it applies the edit (the state may change in between)."""
+        import jsonpatch
+
+        got = await self.call(lambda: self.engine.object_state(obj, key))
+        if if_version is not None and if_version != got.version:
+            raise BadRequest(f"the state of {obj.name} {key!r} is at version {got.version}, not {if_version}: "
+                             "read it again and retry", "if_version", status=409, type="ObjectVersionConflict")
+        if patch is not None:
+            try:
+                jsonpatch.apply_patch(objects.to_plain(got.value, obj.state_type, "the state"), patch)
+            except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException, TypeError, KeyError) as e:
+                raise BadRequest(f"the patch does not apply to the state of {obj.name} {key!r}: {e}", "patch",
+                                 type="PatchFailed") from None
+
+    async def state_answer(self, obj: Any, key: str) -> Response:
+        got = await self.call(lambda: self.engine.object_state(obj, key))
+        return _encoded({"object": obj.name, "key": key, "value": got.value, "version": got.version})
+
+    @_handler()
+    async def object_state(self, request: Request) -> Response:
+        obj, key = self.obj(request)
+        return await self.state_answer(obj, key)
+
+    @_handler("value")
+    async def set_object_state(self, request: Request) -> Response:
+        obj, key = self.obj(request)
+        body = await _body(request, schemas.SetObjectStateRequest)
+        try:
+            value = msgspec.convert(body.value, obj.state_type, strict=False)
+        except (msgspec.ValidationError, TypeError) as e:
+            raise BadRequest(f"value is not a state of object {obj.name!r}: {e}", "value") from None
+        await self.precheck(obj, key, _ver(body.if_version))
+        await self.call(lambda: self.engine.set_object_state(obj, key, value, if_version=_ver(body.if_version)))
+        return await self.state_answer(obj, key)
+
+    @_handler("if_version")
+    async def clear_object_state(self, request: Request) -> Response:
+        obj, key = self.obj(request)
+        body = await _body(request, schemas.ClearObjectStateRequest)
+        await self.precheck(obj, key, _ver(body.if_version))
+        await self.call(lambda: self.engine.clear_object_state(obj, key, if_version=_ver(body.if_version)))
+        return await self.state_answer(obj, key)
+
+    @_handler("patch")
+    async def patch_object_state(self, request: Request) -> Response:
+        obj, key = self.obj(request)
+        body = await _body(request, schemas.PatchObjectStateRequest)
+        await self.precheck(obj, key, _ver(body.if_version), body.patch)
+        try:
+            await self.call(lambda: self.engine.patch_object_state(
+                obj, key, body.patch, if_version=_ver(body.if_version)))
+        except errors.ObjectCallFailed as e:
+            raise BadRequest(str(e), "patch", type="PatchFailed") from None
+        return await self.state_answer(obj, key)
+
+
+def _time(text: str, field: str) -> datetime.datetime:
+    try:
+        at = datetime.datetime.fromisoformat(text)
+    except ValueError:
+        raise BadRequest(f"{field} must be an ISO 8601 time such as 2026-01-01T00:00:00Z, got {text!r}",
+                         field) from None
+    if at.tzinfo is None:
+        raise BadRequest(f"{field} must name its timezone (end it with Z or +00:00), got {text!r}", field)
+    return at
+
+
+def _ver(version: int | None) -> int | None:
+    if version is not None and version < 0:
+        raise BadRequest(f"if_version must be >= 0 (a version object_state returned), got {version}",
+                         "if_version")
+    return version
+
+
+def _encoded(body: dict[str, Any]) -> Response:
+    """``body`` encoded as the journal encodes payloads (dataclasses, models, datetimes)."""
+    try:
+        data = codec.encode(body)
+    except errors.SerializationError as e:
+        return error_response(500, "SerializationError", f"the answer does not convert to JSON: {e}")
+    return Response(data, media_type="application/json")
+
 
 def _result(value: Any) -> Response:
     """``{"result": value}``, encoded as the journal encodes payloads (dataclasses, pydantic
@@ -479,6 +650,16 @@ def app(engine: fusee.Engine, token: str | None = None) -> ASGIApp:
         Route("/api/runs/{workflow_id:path}", api.describe, methods=["GET"]),
         Route("/api/completions", api.complete, methods=["POST"]),
         Route("/api/metrics", api.metrics, methods=["GET"]),
+        Route("/api/schedules", api.list_schedules, methods=["GET"]),
+        Route("/api/schedules/{schedule_id:path}/backfill", api.backfill_schedule, methods=["POST"]),
+        Route("/api/schedules/{schedule_id:path}/{op}", api.schedule_action, methods=["POST"]),
+        Route("/api/schedules/{schedule_id:path}", api.describe_schedule, methods=["GET"]),
+        Route("/api/limits", api.list_limits, methods=["GET"]),
+        Route("/api/limits/{name}", api.set_limit, methods=["POST"]),
+        Route("/api/objects/{object}/{key:path}/state/clear", api.clear_object_state, methods=["POST"]),
+        Route("/api/objects/{object}/{key:path}/state", api.object_state, methods=["GET"]),
+        Route("/api/objects/{object}/{key:path}/state", api.set_object_state, methods=["PUT"]),
+        Route("/api/objects/{object}/{key:path}/state", api.patch_object_state, methods=["PATCH"]),
     ]
     if ui is not None:
         routes.append(Mount("/ui", routes=ui))

@@ -23,9 +23,13 @@ def _json(kind: type, description: str) -> dict[str, Any]:
 _ERRORS = {
     "400": _json(schemas.Error, "A bad request: the error's field names what is wrong. Nothing was recorded."),
     "401": _json(schemas.Error, "The token is missing or wrong. Nothing ran."),
-    "404": _json(schemas.Error, "No workflow with that ID."),
+    "404": _json(schemas.Error, "No workflow (schedule, limit, object) with that ID or name."),
 }
 _ID = {"name": "workflow_id", "in": "path", "required": True, "schema": {"type": "string"}}
+_SID = {"name": "schedule_id", "in": "path", "required": True, "schema": {"type": "string"}}
+_OBJ = [{"name": "object", "in": "path", "required": True, "schema": {"type": "string"}},
+        {"name": "key", "in": "path", "required": True, "schema": {"type": "string"}}]
+_CONFLICT = {"409": _json(schemas.Error, "The state no longer has the version if_version names: read it again.")}
 
 
 def _op(summary: str, ok: dict[str, Any], body: type | None = None, params: list[dict[str, Any]] | None = None,
@@ -107,12 +111,58 @@ def document() -> dict[str, Any]:
         "/api/metrics": {
             "get": _op("Engine metrics (Engine.metrics)", _json(schemas.Metrics, "A snapshot.")),
         },
+        "/api/schedules": {
+            "get": _op("Every schedule (Engine.schedules)", _json(schemas.ScheduleList, "The schedules, by ID.")),
+        },
+        "/api/schedules/{schedule_id}": {
+            "get": _op("One schedule, once durable (Engine.describe_schedule)",
+                       _json(schemas.Schedule, "The schedule."), params=[_SID]),
+        },
+        **{f"/api/schedules/{{schedule_id}}/{op}": {
+            "post": _op(summary, _json(schemas.Schedule, "Done, and durable: the schedule now."),
+                        schemas.Empty, [_SID])}
+           for op, summary in [
+               ("pause", "Stop starting runs (Engine.pause_schedule)"),
+               ("unpause", "Start runs again from the next time (Engine.unpause_schedule)"),
+               ("trigger", "Start a run now, under the overlap policy (Engine.trigger_schedule)"),
+               ("delete", "End the schedule; its runs go on (Engine.delete_schedule)"),
+           ]},
+        "/api/schedules/{schedule_id}/backfill": {
+            "post": _op("Run the scheduled times in [start, end) (Engine.backfill_schedule)",
+                        _json(schemas.Schedule, "Done, and durable: the schedule now."),
+                        schemas.BackfillRequest, [_SID]),
+        },
+        "/api/limits": {
+            "get": _op("Step limits with permits in use and steps waiting (Engine.limits)",
+                       _json(schemas.LimitList, "The limits, by name.")),
+        },
+        "/api/limits/{name}": {
+            "post": _op("Resize a limit now; not durable: the next Engine.open takes its own (Engine.set_limit)",
+                        _json(schemas.LimitView, "The limit now."), schemas.SetLimitRequest,
+                        [{"name": "name", "in": "path", "required": True, "schema": {"type": "string"}}]),
+        },
+        "/api/objects/{object}/{key}/state": {
+            "get": _op("A keyed object's state and version (Engine.object_state)",
+                       _json(schemas.ObjectStateView, "The durable state."), params=_OBJ),
+            "put": _op("Replace the state, if it still has if_version (Engine.set_object_state)",
+                       _json(schemas.ObjectStateView, "The state now, durable."), schemas.SetObjectStateRequest,
+                       _OBJ, more=_CONFLICT),
+            "patch": _op("Apply a JSON Patch (RFC 6902) to the state (Engine.patch_object_state)",
+                         _json(schemas.ObjectStateView, "The state now, durable."),
+                         schemas.PatchObjectStateRequest, _OBJ, more=_CONFLICT),
+        },
+        "/api/objects/{object}/{key}/state/clear": {
+            "post": _op("Put the state back to the initial state (Engine.clear_object_state)",
+                        _json(schemas.ObjectStateView, "The state now, durable."),
+                        schemas.ClearObjectStateRequest, _OBJ, more=_CONFLICT),
+        },
     }
     return {
         "openapi": "3.1.0",
         "info": {"title": "Fusee", "version": "1",
                  "description": "Operate the runs of a Fusee engine: list, inspect, start, signal, "
-                                "query, update, cancel, terminate, resume, reset, complete, follow streams."},
+                                "query, update, cancel, terminate, resume, reset, complete, follow streams; "
+                                "operate schedules, step limits and keyed objects' state."},
         "paths": paths,
         "components": {
             "schemas": components,

@@ -186,10 +186,100 @@ class Metrics(msgspec.Struct, kw_only=True):
     stats: dict[str, int]
 
 
+# --- schedules, limits and keyed objects (issue 12's operator side) --------------
+
+
+class Empty(_Body):
+    """A request with nothing to say (pause, unpause, trigger, delete a schedule)."""
+
+
+class BackfillRequest(_Body):
+    """Run a schedule's times in ``[start, end)`` (``Engine.backfill_schedule``)."""
+
+    #: ISO 8601 times with a timezone, e.g. "2026-01-01T00:00:00Z".
+    start: str
+    end: str
+
+
+class SetLimitRequest(_Body):
+    """Resize a step limit now (``Engine.set_limit``); a field left out keeps its value,
+    null removes that bound."""
+
+    concurrency: int | msgspec.UnsetType | None = msgspec.UNSET
+    per_second: float | msgspec.UnsetType | None = msgspec.UNSET
+
+
+class SetObjectStateRequest(_Body):
+    """Replace a keyed object's state (``Engine.set_object_state``)."""
+
+    value: Any
+    if_version: int | None = None
+
+
+class ClearObjectStateRequest(_Body):
+    """Put a keyed object's state back to its initial state (``Engine.clear_object_state``)."""
+
+    if_version: int | None = None
+
+
+class PatchObjectStateRequest(_Body):
+    """Apply a JSON Patch (RFC 6902) to a keyed object's state (``Engine.patch_object_state``)."""
+
+    patch: list[dict[str, Any]]
+    if_version: int | None = None
+
+
+class Schedule(msgspec.Struct, kw_only=True):
+    schedule_id: str
+    workflow: str
+    #: The period in seconds (None for a cron schedule).
+    every: float | None
+    cron: str | None
+    timezone: str
+    overlap: str
+    paused: bool
+    #: ISO 8601 UTC.
+    next_time: str | None
+    fired: int
+    skipped_overlap: int
+    skipped_catchup: int
+    skipped_paused: int
+    buffered: int
+    running: str | None
+    last_run: str | None
+    last_error: str | None
+
+
+class ScheduleList(msgspec.Struct, kw_only=True):
+    schedules: list[Schedule]
+
+
+class LimitView(msgspec.Struct, kw_only=True):
+    name: str
+    concurrency: int | None
+    per_second: float | None
+    in_use: int
+    waiting: int
+
+
+class LimitList(msgspec.Struct, kw_only=True):
+    limits: list[LimitView]
+
+
+class ObjectStateView(msgspec.Struct, kw_only=True):
+    object: str
+    key: str
+    value: Any
+    #: Writes so far (0: never written); send it as if_version to edit only this state.
+    version: int
+
+
 REQUESTS: tuple[type[_Body], ...] = (
     StartRequest, SignalRequest, QueryRequest, UpdateRequest, ReasonRequest, ResumeRequest,
-    ResetRequest, CompleteRequest,
+    ResetRequest, CompleteRequest, Empty, BackfillRequest, SetLimitRequest, SetObjectStateRequest,
+    ClearObjectStateRequest, PatchObjectStateRequest,
 )
 ANSWERS: tuple[type[msgspec.Struct], ...] = (
     Error, RunSummary, RunPage, Journal, Started, Result, Accepted, Completed, Metrics,
+    Schedule, ScheduleList, LimitView, LimitList, ObjectStateView,
 )

@@ -8,8 +8,10 @@ are durable, and keeps the directory open until killed (a live directory).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import sys
+from typing import Any
 
 import fusee
 
@@ -68,16 +70,41 @@ async def pauser(ctx: fusee.Ctx) -> str:
                                                             pause_when_exhausted=True))
 
 
-WORKFLOWS = [order, approval, pauser]
+@fusee.workflow("tick")
+async def tick(ctx: fusee.Ctx, n: int) -> int:
+    """What the operator tests' schedules run."""
+    return await ctx.step("work", lambda: n + 1)
+
+
+@dataclasses.dataclass
+class Cart:
+    items: list[str] = dataclasses.field(default_factory=list)
+
+
+cart = fusee.object("cart", state=Cart)
+
+
+@cart.exclusive
+async def add(ctx: fusee.ObjectCtx, item: str) -> int:
+    state = ctx.state
+    ctx.set_state(Cart([*state.items, item]))
+    return len(state.items) + 1
+
+
+WORKFLOWS: list[Any] = [order, approval, pauser, tick, cart]
+#: The step limits the operator's tools list and resize.
+LIMITS = [fusee.Limit("payments", concurrency=2, per_second=10.0)]
 
 
 async def make_engine() -> fusee.Engine:
     """The factory ``fusee serve`` calls: the engine on ``$OPS_DIR``."""
-    return await fusee.Engine.open(os.environ["OPS_DIR"], workflows=WORKFLOWS, segment_bytes=1 << 20)
+    return await fusee.Engine.open(os.environ["OPS_DIR"], workflows=WORKFLOWS, segment_bytes=1 << 20,
+                                   limits=LIMITS)
 
 
 async def _live(directory: str) -> None:
-    engine = await fusee.Engine.open(directory, workflows=WORKFLOWS, segment_bytes=1 << 20)
+    engine = await fusee.Engine.open(directory, workflows=WORKFLOWS, segment_bytes=1 << 20,
+                                   limits=LIMITS)
     await engine.start(order, "o-live", "acme")
     # Ready once the run waits for its approval and that is durable: then nothing more is written.
     while not any(type(r).__name__ == "Wait" for r in await engine.journal("o-live")):
