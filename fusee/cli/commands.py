@@ -524,6 +524,155 @@ def sim(args: tuple[str, ...]) -> None:
         sys.exit(code)
 
 
+# --- schedules and step limits ------------------------------------------------------
+
+
+class _ListByDefault(click.Group):
+    """A group whose bare use (``fusee schedules [DIR] [--json]``) is its ``list`` command."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if not args or (args[0] not in self.commands and args[0] not in ("-h", "--help")):
+            args = ["list", *args]
+        return super().parse_args(ctx, args)
+
+
+@cli.group(cls=_ListByDefault)
+def schedules() -> None:
+    """List schedules (a directory offline, or --url), or pause, unpause, trigger, backfill or
+    delete one (--url)."""
+
+
+@schedules.command("list")
+@click.argument("target", required=False)
+@_url
+@_token
+@_json
+def schedules_list(target: str | None, url: str | None, token: str | None, as_json: bool) -> None:
+    """List schedules. Offline (a directory) shows what the log holds: each schedule's spec and the
+    runs it started; its pause flag, next time and skip counts need --url (shown as ?)."""
+    from fusee.cli import render
+    from fusee.cli.targets import Directory
+
+    t, _ = _target((target,) if target else (), url, token, ())
+    try:
+        items = t.schedules()
+    finally:
+        t.close()
+    if as_json:
+        render.print_json({"schedules": items})
+        return
+    render.console().print(render.schedules_table(items))
+    if isinstance(t, Directory) and items:
+        click.echo("note: read offline: paused, next time and skipped counts are known to the running "
+                   "engine only (ask it with --url)", err=True)
+
+
+def _schedule_action(op: str, help: str) -> None:
+    @schedules.command(op, help=help)
+    @click.argument("schedule_id")
+    @_url
+    @_token
+    @_json
+    def act(schedule_id: str, url: str | None, token: str | None, as_json: bool) -> None:
+        api = _api(url, token, f"schedules {op}")
+        try:
+            answer = api.request("POST", f"/api/schedules/{_quote_id(schedule_id)}/{op}", {})
+        finally:
+            api.close()
+        _done(answer, f"schedule {schedule_id}: {op} done" + (
+            f" (paused: {'yes' if answer['paused'] else 'no'})" if op in ("pause", "unpause") else ""), as_json)
+
+
+_schedule_action("pause", "Stop SCHEDULE_ID starting runs (running ones go on).")
+_schedule_action("unpause", "Start runs again from the next scheduled time.")
+_schedule_action("trigger", "Start a run of SCHEDULE_ID now, under its overlap policy.")
+_schedule_action("delete", "End SCHEDULE_ID (its runs go on); the ID may be scheduled again.")
+
+
+@schedules.command("backfill")
+@click.argument("schedule_id")
+@click.argument("start")
+@click.argument("end")
+@_url
+@_token
+@_json
+def schedules_backfill(schedule_id: str, start: str, end: str, url: str | None, token: str | None,
+                       as_json: bool) -> None:
+    """Run SCHEDULE_ID's times in [START, END) (ISO 8601 with a timezone, e.g. 2026-01-01T00:00:00Z);
+    a time that fired already is not run again."""
+    api = _api(url, token, "schedules backfill")
+    try:
+        answer = api.request("POST", f"/api/schedules/{_quote_id(schedule_id)}/backfill",
+                             {"start": start, "end": end})
+    finally:
+        api.close()
+    _done(answer, f"schedule {schedule_id}: backfill of {start} to {end} requested", as_json)
+
+
+def _quote_id(text: str) -> str:
+    from urllib.parse import quote
+
+    return quote(text, safe="")
+
+
+@cli.group(cls=_ListByDefault)
+def limits() -> None:
+    """List step limits or resize one (--url only: limits live in the running engine's memory)."""
+
+
+@limits.command("list")
+@click.argument("target", required=False)
+@_url
+@_token
+@_json
+def limits_list(target: str | None, url: str | None, token: str | None, as_json: bool) -> None:
+    """Each limit's bounds, permits in use and steps waiting (--url: the running engine holds them)."""
+    from fusee.cli import render
+
+    if url is None and target is not None and not _is_url(target):
+        _fail("limits live in the memory of the running engine (set by Engine.open and set_limit), not in "
+              "its directory: ask the application with --url http://HOST:PORT")
+    if url is None and target is not None:
+        url, target = target, None
+    if url is None:
+        _fail("give --url http://HOST:PORT of the running application (limits are not in the directory)")
+    api = _api(url, token, "limits")
+    try:
+        items = api.limits()
+    finally:
+        api.close()
+    if as_json:
+        render.print_json({"limits": items})
+    else:
+        render.console().print(render.limits_table(items))
+
+
+@limits.command("set")
+@click.argument("name")
+@click.option("--concurrency", type=click.IntRange(1), help="Executions running at once.")
+@click.option("--per-second", type=click.FloatRange(0, min_open=True), help="Permits handed out per second.")
+@_url
+@_token
+@_json
+def limits_set(name: str, concurrency: int | None, per_second: float | None, url: str | None,
+               token: str | None, as_json: bool) -> None:
+    """Resize limit NAME now (not durable: the application's next Engine.open sets its own)."""
+    if concurrency is None and per_second is None:
+        _fail("give --concurrency N, --per-second X or both")
+    body: dict[str, Any] = {}
+    if concurrency is not None:
+        body["concurrency"] = concurrency
+    if per_second is not None:
+        body["per_second"] = per_second
+    api = _api(url, token, "limits set")
+    try:
+        answer = api.request("POST", f"/api/limits/{_quote_id(name)}", body)
+    finally:
+        api.close()
+    _done(answer, f"limit {name}: concurrency {answer['concurrency']}, per second {answer['per_second']}",
+          as_json)
+
+
 # --- entry point -------------------------------------------------------------------------
 
 

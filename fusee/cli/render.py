@@ -140,3 +140,40 @@ def metrics_table(m: dict[str, Any]) -> Table:
         value = m[key]
         grid.add_row(key.replace("_", " "), f"{value:.3f}" if isinstance(value, float) else str(value))
     return grid
+
+
+def _every(s: dict[str, Any]) -> str:
+    if s.get("cron"):
+        return f"cron {s['cron']} ({s.get('timezone') or 'UTC'})"
+    if s.get("every") is None:
+        return ""
+    return f"every {_duration(int(s['every'] * 1000))}"
+
+
+def _count(value: Any) -> str:
+    return "?" if value is None else str(value)
+
+
+def schedules_table(items: list[dict[str, Any]]) -> Table:
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    for col in ("SCHEDULE", "WORKFLOW", "SPEC", "OVERLAP", "PAUSED", "NEXT", "FIRED", "SKIPPED", "LAST RUN"):
+        table.add_column(col, overflow="fold", no_wrap=col in ("PAUSED", "NEXT", "FIRED"))
+    for s in items:
+        paused = "?" if s.get("paused") is None else ("yes" if s["paused"] else "no")
+        skips = [s.get(k) for k in ("skipped_overlap", "skipped_catchup", "skipped_paused")]
+        skipped = "?" if None in skips else str(sum(int(k) for k in skips if k is not None))
+        table.add_row(s["schedule_id"], s.get("workflow") or "", _every(s), s.get("overlap") or "",
+                      Text(paused, style="bold yellow" if s.get("paused") else ""), _time(s.get("next_time")),
+                      _count(s.get("fired")), skipped, s.get("last_run") or "")
+    return table
+
+
+def limits_table(items: list[dict[str, Any]]) -> Table:
+    table = Table(box=None, header_style="bold", pad_edge=False)
+    for col in ("LIMIT", "CONCURRENCY", "PER SECOND", "IN USE", "WAITING"):
+        table.add_column(col, overflow="fold", no_wrap=col != "LIMIT")
+    for lim in items:
+        table.add_row(lim["name"], "-" if lim["concurrency"] is None else str(lim["concurrency"]),
+                      "-" if lim["per_second"] is None else f"{lim['per_second']:g}", str(lim["in_use"]),
+                      str(lim["waiting"]))
+    return table

@@ -15,6 +15,9 @@ from typing import Any
 
 from fusee import errors, journal_file, views
 
+#: Rows of a listing (schedules, limits). An alias: the targets' ``list`` method hides the builtin.
+Rows = list[dict[str, Any]]
+
 
 class Target:
     """A source of runs: :class:`Directory` or :class:`Api`."""
@@ -37,6 +40,9 @@ class Target:
         raise NotImplementedError
 
     def metrics(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def schedules(self) -> Rows:
         raise NotImplementedError
 
     def close(self) -> None:
@@ -78,6 +84,45 @@ class Directory(Target):
 
     def metrics(self) -> dict[str, Any]:
         return views.metrics(self._engine.metrics())
+
+    def schedules(self) -> Rows:
+        """The schedules as their durable runs show them, offline.
+
+        What the log holds without running the schedule's code: its spec (from
+        its run's Start record) and the runs it started (IDs ``{id}@{time}``).
+        Its pause flag, next time and skip counts live in the schedule run's
+        replayed state: those are None here (``--url`` asks the engine).
+        """
+        from fusee.flow import schedules
+
+        summaries = self._engine.runs()
+        started: dict[str, list[Any]] = {}
+        for s in summaries:
+            sid, at, _ = s.workflow_id.rpartition("@")
+            if at:
+                started.setdefault(sid, []).append(s)
+        out = []
+        for s in summaries:
+            if not s.workflow_id.startswith(schedules.PREFIX) or s.status != "running":
+                continue
+            records = self._runner.run(self._engine.journal(s.workflow_id))
+            first = records[0] if records else None
+            state = views.payload(getattr(first, "input", None))
+            spec = state.get("spec") if isinstance(state, dict) else None
+            if not isinstance(spec, dict) or spec.get("id") is None:
+                continue  # not a schedule's state (a future format): nothing to show rather than guesses
+            sid = spec["id"]
+            runs = sorted(started.get(sid, []), key=lambda r: r.workflow_id)
+            out.append({
+                "schedule_id": sid, "workflow": spec.get("workflow"),
+                "every": spec["every_ms"] / 1000 if spec.get("every_ms") else None,
+                "cron": spec.get("cron"), "timezone": spec.get("timezone"), "overlap": spec.get("overlap"),
+                "paused": None, "next_time": None, "fired": len(runs), "skipped_overlap": None,
+                "skipped_catchup": None, "skipped_paused": None, "buffered": None,
+                "running": next((r.workflow_id for r in reversed(runs) if r.status == "running"), None),
+                "last_run": runs[-1].workflow_id if runs else None, "last_error": None,
+            })
+        return sorted(out, key=lambda i: str(i["schedule_id"]))
 
     def close(self) -> None:
         try:
@@ -151,6 +196,14 @@ class Api(Target):
 
     def metrics(self) -> dict[str, Any]:
         out: dict[str, Any] = self.request("GET", "/api/metrics")
+        return out
+
+    def schedules(self) -> Rows:
+        out: Rows = self.request("GET", "/api/schedules")["schedules"]
+        return out
+
+    def limits(self) -> Rows:
+        out: Rows = self.request("GET", "/api/limits")["limits"]
         return out
 
     def act(self, workflow_id: str, action: str, body: dict[str, Any]) -> Any:

@@ -357,6 +357,31 @@ class _Api:
         infos = await self.read(lambda: list(self.engine.schedules()))
         return JSONResponse({"schedules": [views.schedule(i) for i in infos]})
 
+    @_handler("input")
+    async def create_schedule(self, request: Request) -> Response:
+        body = await _body(request, schemas.ScheduleRequest)
+        if not body.schedule_id:
+            raise BadRequest("schedule_id must be a non-empty string", "schedule_id")
+        for name in ("every", "jitter", "catchup_window"):
+            value = getattr(body, name)
+            if isinstance(value, float | int) and value <= 0:
+                raise BadRequest(f"{name} must be positive (seconds or a duration such as '1h'), got {value}",
+                                 name)
+        try:
+            await self.call(lambda: self.engine.schedule(
+                body.schedule_id, body.workflow, body.input, every=body.every, cron=body.cron,
+                timezone=body.timezone, jitter=body.jitter, overlap=body.overlap,
+                catchup_window=body.catchup_window, paused=body.paused))
+        except (errors.InvalidSchedule, errors.InvalidDuration) as e:
+            text = str(e)
+            field = "every" if "exactly one of" in text else next(
+                (f for f in ("timezone", "cron", "every", "jitter", "catchup_window", "overlap") if f in text),
+                "every")
+            raise BadRequest(text, field, type=type(e).__name__) from None
+        sid = body.schedule_id
+        info = await self.call(lambda: self.engine.describe_schedule(sid))
+        return JSONResponse(views.schedule(info), status_code=201)
+
     def sid(self, request: Request) -> str:
         sid: str = request.path_params["schedule_id"]
         return sid
@@ -651,6 +676,7 @@ def app(engine: fusee.Engine, token: str | None = None) -> ASGIApp:
         Route("/api/completions", api.complete, methods=["POST"]),
         Route("/api/metrics", api.metrics, methods=["GET"]),
         Route("/api/schedules", api.list_schedules, methods=["GET"]),
+        Route("/api/schedules", api.create_schedule, methods=["POST"]),
         Route("/api/schedules/{schedule_id:path}/backfill", api.backfill_schedule, methods=["POST"]),
         Route("/api/schedules/{schedule_id:path}/{op}", api.schedule_action, methods=["POST"]),
         Route("/api/schedules/{schedule_id:path}", api.describe_schedule, methods=["GET"]),

@@ -113,6 +113,10 @@ def document() -> dict[str, Any]:
         },
         "/api/schedules": {
             "get": _op("Every schedule (Engine.schedules)", _json(schemas.ScheduleList, "The schedules, by ID.")),
+            "post": _op("Make a schedule; the same ID and spec again does nothing (Engine.schedule)",
+                        _json(schemas.Schedule, "Made, and durable."), schemas.ScheduleRequest, status="201",
+                        more={"409": _json(schemas.Error, "The ID is scheduled with another spec: delete it "
+                                                          "first.")}),
         },
         "/api/schedules/{schedule_id}": {
             "get": _op("One schedule, once durable (Engine.describe_schedule)",

@@ -189,6 +189,22 @@ class Metrics(msgspec.Struct, kw_only=True):
 # --- schedules, limits and keyed objects (issue 12's operator side) --------------
 
 
+class ScheduleRequest(_Body):
+    """Make a schedule (``Engine.schedule``); the same ID with the same spec again does nothing."""
+
+    schedule_id: str
+    workflow: str
+    input: Any = None
+    #: Seconds, or a duration text such as "1h" (give this or cron).
+    every: float | str | None = None
+    cron: str | None = None
+    timezone: str = "UTC"
+    jitter: float | str | None = None
+    overlap: Literal["skip", "buffer_one", "buffer_all", "allow_all", "cancel_other", "terminate_other"] = "skip"
+    catchup_window: float | str = "1h"
+    paused: bool = False
+
+
 class Empty(_Body):
     """A request with nothing to say (pause, unpause, trigger, delete a schedule)."""
 
@@ -276,7 +292,7 @@ class ObjectStateView(msgspec.Struct, kw_only=True):
 
 REQUESTS: tuple[type[_Body], ...] = (
     StartRequest, SignalRequest, QueryRequest, UpdateRequest, ReasonRequest, ResumeRequest,
-    ResetRequest, CompleteRequest, Empty, BackfillRequest, SetLimitRequest, SetObjectStateRequest,
+    ResetRequest, CompleteRequest, ScheduleRequest, Empty, BackfillRequest, SetLimitRequest, SetObjectStateRequest,
     ClearObjectStateRequest, PatchObjectStateRequest,
 )
 ANSWERS: tuple[type[msgspec.Struct], ...] = (

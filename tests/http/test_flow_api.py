@@ -186,3 +186,40 @@ async def test_the_token_guards_the_new_endpoints(engine: fusee.Engine) -> None:
         assert [s.fired for s in engine.schedules()] == [0]
         ok = await c.get("/api/limits", headers={"Authorization": "Bearer s3cret"})
         assert ok.status_code == 200
+
+
+async def test_make_a_schedule(engine: fusee.Engine) -> None:
+    async with client(engine) as c:
+        r = await c.post("/api/schedules", json={"schedule_id": "nightly", "workflow": "tick", "input": 3,
+                                                 "cron": "0 2 * * *", "timezone": "Europe/Paris"})
+        assert r.status_code == 201, r.text
+        check_schema(r.json(), "Schedule")
+        assert (r.json()["cron"], r.json()["timezone"], r.json()["paused"]) == ("0 2 * * *", "Europe/Paris", False)
+        again = await c.post("/api/schedules", json={"schedule_id": "nightly", "workflow": "tick", "input": 3,
+                                                     "cron": "0 2 * * *", "timezone": "Europe/Paris"})
+        assert again.status_code == 201
+        other = await c.post("/api/schedules", json={"schedule_id": "nightly", "workflow": "tick", "input": 3, "every": 60})
+        assert other.status_code == 409 and other.json()["error"]["type"] == "ScheduleExists"
+    assert [s.schedule_id for s in engine.schedules()] == ["nightly"]
+
+
+@pytest.mark.parametrize(("body", "field"), [
+    ({"workflow": "tick", "every": 60}, "schedule_id"),
+    ({"schedule_id": "s", "workflow": "nope", "every": 60}, "workflow"),
+    ({"schedule_id": "s", "workflow": "tick", "input": 1, "every": -5}, "every"),
+    ({"schedule_id": "s", "workflow": "tick", "input": 1, "every": "soon"}, "every"),
+    ({"schedule_id": "s", "workflow": "tick", "input": 1}, "every"),
+    ({"schedule_id": "s", "workflow": "tick", "input": 1, "cron": "every tuesday"}, "cron"),
+    ({"schedule_id": "s", "workflow": "tick", "input": 1, "every": 60, "timezone": "Mars/Olympus"}, "timezone"),
+    ({"schedule_id": "s", "workflow": "tick", "input": 1, "every": 60, "overlap": "sometimes"}, "overlap"),
+])
+async def test_a_bad_schedule_names_the_field_and_records_nothing(
+        engine: fusee.Engine, body: dict[str, Any], field: str) -> None:
+    before = await _records(engine)
+    async with client(engine) as c:
+        r = await c.post("/api/schedules", json=body)
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["field"] == field, r.json()
+    await asyncio.sleep(0)
+    assert await _records(engine) == before
+    assert not list(engine.schedules()) and not engine.runs()
