@@ -76,10 +76,14 @@ def _target(args: tuple[str, ...], url: str | None, token: str | None, names: tu
 
 #: The commands that change runs: they need --url.
 ACTIONS = ("start", "signal", "query", "cancel", "terminate", "resume", "reset", "complete")
+#: The subcommands that change schedules and limits: they need --url too.
+GROUP_ACTIONS = {("schedules", op) for op in ("pause", "unpause", "trigger", "backfill", "delete")} | {
+    ("limits", "set")}
 
 
 def _read_only(command: str) -> str:
-    return (f"'{command}' changes a run: point it at the running application with --url http://HOST:PORT "
+    what = "a schedule" if command.startswith("schedules") else "a limit" if command.startswith("limits") else "a run"
+    return (f"'{command}' changes {what}: point it at the running application with --url http://HOST:PORT "
             f"(or ${URL_ENV}); a directory is only read, offline")
 
 
@@ -680,11 +684,14 @@ def main(argv: list[str] | None = None) -> int:
     """Runs the command; returns the exit code. Errors are one line on stderr, never a traceback
     (set FUSEE_DEBUG=1 to see one)."""
     args = list(sys.argv[1:] if argv is None else argv)
-    if (args and args[0] in ACTIONS and not os.environ.get(URL_ENV)
+    action = args[0] if args and args[0] in ACTIONS else None
+    if len(args) > 1 and (args[0], args[1]) in GROUP_ACTIONS:
+        action = f"{args[0]} {args[1]}"
+    if (action is not None and not os.environ.get(URL_ENV)
             and not any(a == "--url" or a.startswith("--url=") for a in args)
             and any(os.path.isdir(a) for a in args[1:])):
         # 'fusee cancel ./data order-1': say why, rather than "unexpected extra argument".
-        click.echo(f"fusee: {_read_only(args[0])}", err=True)
+        click.echo(f"fusee: {_read_only(action)}", err=True)
         return 1
     try:
         cli.main(args=args, prog_name="fusee", standalone_mode=False)
