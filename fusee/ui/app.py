@@ -26,7 +26,7 @@ from starlette.staticfiles import StaticFiles
 import fusee
 from fusee.engine import visibility
 from fusee.errors import FuseeError, InvalidQuery, NotFound
-from fusee.ui import present, svg, timeline
+from fusee.ui import flow, present, svg, timeline
 from fusee.ui.csrf import FIELD as CSRF_FIELD
 from fusee.ui.csrf import CsrfGuard
 from fusee.ui.sampler import Sampler
@@ -47,10 +47,9 @@ STREAM_SPAN = 30.0
 MAX_FORM = 1 << 20
 #: The order statuses are shown in.
 STATUS_ORDER = ("running", "stuck", "ok", "failed", "cancelled", "terminated", "timed_out", "continued")
-#: The pages of the navigation; None: not available in this version (schedules and limits
-#: come with ``engine.schedules()`` and ``engine.limits()``).
+#: The pages of the navigation; None: not available in this version.
 NAV: tuple[tuple[str, str | None], ...] = (
-    ("Runs", "/"), ("Metrics", "/metrics"), ("Schedules", None), ("Limits", None))
+    ("Runs", "/"), ("Metrics", "/metrics"), ("Schedules", "/schedules"), ("Limits", "/limits"))
 FLASH = {
     "signal": "Signal sent: it is durable in the run's journal.",
     "cancel": "Cancellation requested: the run's pending operations raise Cancelled.",
@@ -345,7 +344,8 @@ def routes(engine: fusee.Engine) -> list[BaseRoute]:
 
     Pages: the runs list (filters, ``where`` search, live counts by status),
     a run (summary, journal timeline, live streams, actions behind a
-    confirmation) and metrics (charts). Actions are POST forms checked for a
+    confirmation), metrics (charts), schedules (pause, unpause, trigger,
+    delete) and step limits (resize). Actions are POST forms checked for a
     per-process CSRF token and a same-origin ``Origin``; they are journaled with
     ``by="web-ui"``. The routes add no authentication: serve them on loopback
     or behind the app's own (see docs/operations.md).
@@ -358,6 +358,7 @@ def routes(engine: fusee.Engine) -> list[BaseRoute]:
         Route("/fragments/counts", guard(ui.runs_counts)),
         Route("/fragments/metrics", guard(ui.metrics_live)),
         Route("/metrics", guard(ui.metrics), name="ui-metrics"),
+        *flow.routes(ui),
         Route("/runs/{wid:path}", guard(ui.run), name="ui-run"),
         Route("/live/{wid:path}", guard(ui.run_live)),
         Route("/stream/{wid:path}", guard(ui.stream)),

@@ -13,7 +13,8 @@ import httpx
 import fusee
 
 sys.path.insert(0, str(Path(__file__).parent))
-from test_commands import fusee_cmd, one_line_error, ops_app, served, tree  # noqa: F401 (the fixture)
+import ops_app
+from test_commands import fusee_cmd, one_line_error, served, tree  # noqa: F401 (the fixture)
 
 
 def make_scheduled_directory(path: Path) -> None:

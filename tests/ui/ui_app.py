@@ -81,7 +81,35 @@ async def sync(ctx: fusee.Ctx, warehouse: str) -> int:
     return await ctx.step("pull", sync_stock, retry=fusee.Retry(attempts=2, initial="5ms", pause_when_exhausted=True))
 
 
-WORKFLOWS = [order, invoice, restock, sync]
+@fusee.workflow("report")
+async def report(ctx: fusee.Ctx, name: str) -> str:
+    """What the schedules of the Schedules page run."""
+    return await ctx.step("build", lambda: f"report {name}")
+
+
+@fusee.workflow("charges")
+async def charges(ctx: fusee.Ctx, n: int) -> int:
+    """Steps under the "payments" limit (the Limits page shows them in use and waiting)."""
+    done = await asyncio.gather(*(ctx.step(f"pay-{i}", hold, i, limit="payments") for i in range(n)))
+    return sum(done)
+
+
+_released: dict[asyncio.AbstractEventLoop, asyncio.Event] = {}
+
+
+def released() -> asyncio.Event:
+    """Set it (on the server's loop) to let the "payments" steps finish: they hold their permits
+    until then."""
+    return _released.setdefault(asyncio.get_running_loop(), asyncio.Event())
+
+
+async def hold(i: int) -> int:
+    await released().wait()
+    return i
+
+
+WORKFLOWS = [order, invoice, restock, sync, report, charges]
+LIMITS = [fusee.Limit("payments", concurrency=2, per_second=50.0), fusee.Limit("email", per_second=5.0)]
 
 
 class Served:
@@ -124,7 +152,7 @@ class Served:
             self.ready.set()
 
     async def _main(self) -> None:
-        async with fusee.Engine.open(self.path, workflows=WORKFLOWS) as engine:
+        async with fusee.Engine.open(self.path, workflows=WORKFLOWS, limits=LIMITS) as engine:
             self.engine = engine
             self.loop = asyncio.get_running_loop()
             await self.setup(engine)
