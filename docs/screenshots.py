@@ -3,7 +3,7 @@
     .venv/bin/python docs/screenshots.py
 
 Serves the UI over a few demo runs (tests/ui/ui_app.py) and saves the runs
-page, a run with its timeline and the metrics page.
+page, a run with its timeline, the metrics, schedules and limits pages.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 
 from tests.ui.browser import chromium  # noqa: E402
-from tests.ui.ui_app import Served, invoice, order, populate, restock  # noqa: E402
+from tests.ui.ui_app import Served, charges, invoice, order, populate, report, restock  # noqa: E402
 
 OUT = ROOT / "docs" / "img"
 
@@ -31,6 +31,17 @@ async def demo(engine: Any) -> None:
         await engine.start(order, f"order-{i + 5}", customer)
     for i in range(4):
         await engine.execute(invoice, f"invoice-{100 + i}", f"order-{i}")
+    # The schedules page: a cron schedule, and an hourly one with a backfilled day.
+    import datetime
+
+    await engine.schedule("nightly-sales", report, "sales", cron="0 2 * * *", timezone="Europe/Paris")
+    await engine.schedule("hourly-ops", report, "ops", every="1h", overlap="buffer_one")
+    await engine.schedule("weekly-audit", report, "audit", cron="0 9 * * MON", paused=True)
+    start = datetime.datetime(2026, 11, 30, 20, tzinfo=datetime.UTC)
+    await engine.backfill_schedule("hourly-ops", start, start + datetime.timedelta(hours=4))
+    await engine.trigger_schedule("nightly-sales")
+    # The limits page: steps holding the "payments" permits, more waiting.
+    await engine.start(charges, "charges-1", 7)
 
 
 def main() -> None:
@@ -59,6 +70,16 @@ def main() -> None:
             driver.get(served.url + "/metrics")
             time.sleep(1.05)
         driver.save_screenshot(str(OUT / "ui-metrics.png"))
+
+        driver.set_window_size(1500, 600)
+        driver.get(served.url + "/schedules")
+        wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "tr.schedule-row"))
+        driver.save_screenshot(str(OUT / "ui-schedules.png"))
+
+        driver.set_window_size(1360, 480)
+        driver.get(served.url + "/limits")
+        wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "tr.limit-row"))
+        driver.save_screenshot(str(OUT / "ui-limits.png"))
     print("saved", ", ".join(p.name for p in sorted(OUT.glob("ui-*.png"))))
 
 
