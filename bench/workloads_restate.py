@@ -36,6 +36,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import ctypes
 import glob
 import itertools
 import os
@@ -218,6 +219,16 @@ def server_cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def _die_with_parent() -> None:
+    """In the server's child process: be killed when the benchmark process dies.
+
+    ``run_all.py`` kills a workload script that overruns its timeout with
+    SIGKILL; without this the server would outlive it, holding its ports.
+    """
+    pr_set_pdeathsig = 1
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
+
+
 @contextlib.contextmanager
 def running_server(binary: Path, base: Path) -> Iterator[tuple[subprocess.Popen[bytes],
                                                                 dict[str, int], Path]]:
@@ -226,6 +237,7 @@ def running_server(binary: Path, base: Path) -> Iterator[tuple[subprocess.Popen[
     log_file = (base / "server.log").open("wb")
     proc = subprocess.Popen([str(binary), "-c", str(config), "--listen-mode", "tcp",
                              "--no-logo"], stdout=log_file, stderr=subprocess.STDOUT,
+                            preexec_fn=_die_with_parent,
                             env={**os.environ, "NO_COLOR": "1",
                                  "RESTATE_LOG_DISABLE_ANSI_CODES": "true"})
     try:
