@@ -196,17 +196,19 @@ def durability(binary: Path, config: Path) -> str:
     local = bifrost.get("local", {})
     if provider == "replicated":
         fsync_off = log_server.get("rocksdb-disable-wal-fsync", "?")
+        synced = ("i.e. the RocksDB WAL is synced (fdatasync) on every write batch"
+                  if fsync_off is False else "i.e. the RocksDB WAL is NOT synced per batch")
         log = (f"log provider `replicated` with replication {conf.get('default-replication')} "
                f"(the node's own log-server): each log append is acknowledged once written "
                f"to the log-server's RocksDB with `log-server.rocksdb-disable-wal-fsync="
-               f"{str(fsync_off).lower()}`, i.e. the RocksDB WAL is synced (fdatasync) on "
-               f"every write batch")
+               f"{str(fsync_off).lower()}`, {synced}")
     else:
         log = (f"log provider `{provider}`: RocksDB with `bifrost.local.rocksdb-disable-wal="
                f"{str(local.get('rocksdb-disable-wal', '?')).lower()}`, "
                f"`rocksdb-disable-wal-fsync="
                f"{str(local.get('rocksdb-disable-wal-fsync', '?')).lower()}`")
-    return (f"{version}, server defaults: {log}; a `ctx.run` step's result is appended "
+    return (f"{version}, read back with `--dump-config` (storage settings left at the "
+            f"server defaults): {log}; a `ctx.run` step's result is appended "
             "to that log and the SDK goes on only once the server acknowledges it; the "
             "partition store (`worker.storage`) is rebuilt from the log after a crash")
 
