@@ -41,10 +41,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import common
 
+from fusee.storage.flush_modes import DEFAULT as FLUSH_DEFAULT
+
 DBOS_VENV = common.BENCH_DIR / ".venv-dbos"
 DBOS_PY = DBOS_VENV / "bin" / "python"
 PLOT_NAME = "step_latency.png"
-FUSEE_WORKLOADS = ["chain", "fanout", "start", "signals", "timers", "scale", "recovery", "list", "stream"]
+FUSEE_WORKLOADS = ["chain", "fanout", "users", "start", "signals", "timers", "wakes", "soak", "scale", "recovery", "list", "stream"]
 #: Engine options per workload (disclosed in the report): the defaults, except
 #: that the scale workload parks runs after 1 s so that RSS is read with them
 #: parked. (The step functions are ``async def``: ``inline_sync_steps`` would
@@ -63,6 +65,9 @@ RESTATE_WORKLOADS = ["chain", "fanout", "start", "signals", "timers"]
 RESTATE_NPM_PACKAGE = "@restatedev/restate-server"
 #: (matplotlib too, so that the plot can be drawn without the DBOS environment.)
 RESTATE_PIP_PACKAGES = ["restate-sdk[client]", "hypercorn", "matplotlib"]
+#: The flush modes measured beside the default (``Engine.open(flush=...)``), on these workloads.
+FLUSH_MODES = ["inline", "pipeline", "background"]
+FLUSH_WORKLOADS = ["chain", "fanout", "users"]
 
 
 def log(message: str) -> None:
@@ -270,6 +275,10 @@ ROWS: list[tuple[str, str, str, str, bool]] = [
     ("fanout", "cpu_s_per_1000_steps", "fan-out: CPU s per 1,000 steps", "cpu", False),
     ("fanout", "server_cpu_s_per_1000_steps",
      "fan-out: server process CPU s per 1,000 steps", "cpu", False),
+    ("users", "us_per_step", "as users write it: chain of sync lambdas, per step", "us", False),
+    ("users", "p99_us", "as users write it: chain step latency p99", "us", False),
+    ("users", "fanout_steps_per_s", "as users write it: fan-out of sync closures, steps/s", "n", True),
+    ("users", "fanout_cpu_us_per_step", "as users write it: fan-out CPU per step", "us", False),
     ("start", "p50_us", "start latency p50", "us", False),
     ("start", "p99_us", "start latency p99", "us", False),
     ("signals", "p50_us", "signal → resumed p50", "us", False),
@@ -277,6 +286,8 @@ ROWS: list[tuple[str, str, str, str, bool]] = [
     ("signals", "per_s", "signals/s (one at a time)", "n", True),
     ("timers", "p50_us", "timer due → resumed p50", "us", False),
     ("timers", "p99_us", "timer due → resumed p99", "us", False),
+    ("wakes", "wakes_per_s", "parked runs woken by a signal each, per s", "n", True),
+    ("soak", "rss_growth_pct", "soak: RSS growth over continuous fan-out, %", "n", False),
     ("scale", "starts_per_s", "scale: starts/s", "n", True),
     ("scale", "rss_bytes_per_run", "scale: RSS per parked run", "bytes", False),
     ("scale", "reopen_s", "scale: reopen after clean close", "s", False),
@@ -453,6 +464,7 @@ def render(results: dict[str, dict[str, Any]], env: dict[str, str], sizes: str,
     for what, figure, ok in targets(results):
         verdict = "met" if ok else ("missed" if ok is False else "not judged")
         lines.append(f"| {what} | {figure} | {verdict} |")
+    lines += render_hot_path(results, floor)
     failures = [(s, w, r["error"]) for s, ws in results.items() for w, r in ws.items()
                 if "error" in r]
     if failures:
@@ -461,6 +473,61 @@ def render(results: dict[str, dict[str, Any]], env: dict[str, str], sizes: str,
     if plot:
         lines += ["", f"![step latency distributions]({plot})"]
     return "\n".join(lines) + "\n"
+
+
+def render_hot_path(results: dict[str, dict[str, Any]], floor: dict[str, Any]) -> list[str]:
+    """The flush modes side by side and the hot path's targets (issue 17)."""
+    lines = ["", "## Flush modes", "",
+             "The same workloads with `Engine.open(flush=...)` set (the default is marked).", "",
+             "| measure | " + " | ".join(
+                 f"{m}{' (default)' if m == FLUSH_DEFAULT else ''}" for m in FLUSH_MODES) + " |",
+             "|---|" + "---|" * len(FLUSH_MODES)]
+    rows = [("chain", "us_per_step", "chain: time per step", "us"),
+            ("chain", "p99_us", "chain: step latency p99", "us"),
+            ("users", "us_per_step", "as users write it: chain per step", "us"),
+            ("fanout", "steps_per_s", "fan-out: durable steps/s", "n"),
+            ("fanout", "cpu_s_per_1000_steps", "fan-out: CPU s per 1,000 steps", "cpu")]
+    for workload, key, label, unit in rows:
+        cells = [_fmt(_get(results, _flush_system(m), workload, key), unit) for m in FLUSH_MODES]
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    p50 = floor.get("p50_us")
+    users = results.get("fusee", {}).get("users", {})
+    fan = results.get("fusee", {}).get("fanout", {})
+    start = results.get("fusee", {}).get("start", {})
+    timers = results.get("fusee", {}).get("timers", {})
+    wakes = results.get("fusee", {}).get("wakes", {})
+    soak = results.get("fusee", {}).get("soak", {})
+
+    def check(what: str, value: float | None, limit: float, fmt: str, higher: bool = False) -> None:
+        if value is None:
+            lines.append(f"| {what} | – | not judged |")
+            return
+        ok = value >= limit if higher else value <= limit
+        lines.append(f"| {what} | {fmt.format(value)} | {'met' if ok else 'missed'} |")
+
+    lines += ["", "## Targets (issue 17, the hot path)", "", "| target | measured | |", "|---|---|---|"]
+    check("chain as users write it (sync lambdas, default options) ≤ 1.15 × floor p50",
+          users.get("us_per_step") / p50 if users.get("us_per_step") and p50 else None, 1.15, "{:.2f} ×")
+    check("its p99 ≤ 1.5 × its p50",
+          users["p99_us"] / users["p50_us"] if users.get("p50_us") else None, 1.5, "{:.2f} ×")
+    check("fan-out 2,000 × 10: ≥ 60,000 durable steps/s", fan.get("steps_per_s"), 60_000, "{:,.0f}/s",
+          higher=True)
+    check("fan-out: CPU ≤ 15 µs per step",
+          fan["cpu_s_per_1000_steps"] * 1000 if fan.get("cpu_s_per_1000_steps") else None, 15, "{:.1f} µs")
+    check("start + result p50 ≤ 2.5 × floor p50",
+          start["p50_us"] / p50 if start.get("p50_us") and p50 else None, 2.5, "{:.2f} ×")
+    check("10,000 sleepers: due → resumed p50 ≤ 20 ms",
+          timers["p50_us"] / 1000 if timers.get("p50_us") else None, 20, "{:.1f} ms")
+    check("10,000 sleepers: due → resumed p99 ≤ 100 ms",
+          timers["p99_us"] / 1000 if timers.get("p99_us") else None, 100, "{:.1f} ms")
+    check("parked runs woken by a signal each: ≥ 20,000 wakes/s", wakes.get("wakes_per_s"), 20_000,
+          "{:,.0f}/s", higher=True)
+    check("soak of continuous fan-out: RSS growth ≤ 5 %", soak.get("rss_growth_pct"), 5.0, "{:.1f} %")
+    return lines
+
+
+def _flush_system(mode: str) -> str:
+    return "fusee" if mode == FLUSH_DEFAULT else f"fusee-flush-{mode}"
 
 
 def plot_main(results_path: Path, png_path: Path) -> int:
@@ -499,6 +566,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-dbos", action="store_true", help="skip DBOS entirely")
     parser.add_argument("--no-postgres", action="store_true", help="skip DBOS on PostgreSQL")
     parser.add_argument("--no-restate", action="store_true", help="skip Restate entirely")
+    parser.add_argument("--no-flush-modes", action="store_true",
+                        help="skip the runs of the other flush modes")
     parser.add_argument("--fusee", default=",".join(FUSEE_WORKLOADS),
                         help="Fusee workloads to run (comma-separated)")
     parser.add_argument("--dbos", default=",".join(DBOS_WORKLOADS),
@@ -558,6 +627,14 @@ def _run_everything(args: argparse.Namespace, session: Path, size_flags: list[st
             [sys.executable, str(here / "workloads_fusee.py"), workload, *quick, *size_flags,
              *FUSEE_OPTIONS.get(workload, FUSEE_OPTIONS["*"])],
             f"fusee {workload}", args.timeout), workload)
+
+    # The flush modes other than the default, on a few workloads (the default's are above).
+    for mode in [m for m in FLUSH_MODES if m != FLUSH_DEFAULT and not args.no_flush_modes]:
+        for workload in [w for w in FLUSH_WORKLOADS if w in args.fusee.split(",")]:
+            collect(_flush_system(mode), [{**r, "system": _flush_system(mode)} for r in run_script(
+                [sys.executable, str(here / "workloads_fusee.py"), workload, *quick, *size_flags,
+                 f"--engine-opt=flush={mode}"], f"fusee {workload} flush={mode}", args.timeout)],
+                workload)
 
     have_dbos = not args.no_dbos and ensure_dbos_venv()
     dbos_cmd = [str(DBOS_PY), str(here / "workloads_dbos.py"), "--workloads", args.dbos,

@@ -76,6 +76,32 @@ async def fan(ctx: fusee.Ctx, steps: int) -> int:
     return total
 
 
+def stamp(value: int) -> int:
+    """A synchronous step body as users write one: note the time, return a small value."""
+    STAMPS.append(time.perf_counter())
+    return value + 1
+
+
+@fusee.workflow("bench_users_chain")
+async def users_chain(ctx: fusee.Ctx, steps: int) -> int:
+    """Workload 2 as users write it: a fresh lambda per step around a synchronous function."""
+    total = 0
+    for _ in range(steps):
+        total = await ctx.step("bump", lambda total=total: stamp(total))
+    return total
+
+
+@fusee.workflow("bench_users_fan")
+async def users_fan(ctx: fusee.Ctx, steps: int) -> int:
+    """Workload 3 as users write it: a closure defined per step."""
+    total = 0
+    for _ in range(steps):
+        def bump_it(total: int = total) -> int:
+            return stamp(total)
+        total = await ctx.step("bump", bump_it)
+    return total
+
+
 @fusee.workflow("bench_one_step")
 async def one_step(ctx: fusee.Ctx, value: int) -> int:
     """Workload 4: a workflow of one step, executed start to result."""
@@ -136,7 +162,7 @@ async def streamer(ctx: fusee.Ctx, chunks: int) -> int:
     return int(await ctx.step("talk", talk, chunks))
 
 
-WORKFLOWS = [chain, fan, one_step, waiter, sleeper, parked, tagged, streamer]
+WORKFLOWS = [chain, fan, users_chain, users_fan, one_step, waiter, sleeper, parked, tagged, streamer]
 
 
 #: Data directories made by this process, removed once its workload is done.
@@ -234,6 +260,43 @@ async def run_fanout(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+async def run_users(args: argparse.Namespace) -> dict[str, Any]:
+    """Chain and fan-out as users write them: sync lambdas and closures, the engine's
+    default options, fan-out starts awaited one at a time."""
+    steps = args.chain
+    STAMPS.clear()
+    engine = await open_engine(scratch("fusee-users-chain"), args.engine_options)
+    try:
+        with common.measured() as chain_m:
+            assert await engine.execute(users_chain, "users-chain", steps) == steps
+        chain_stats = engine.stats
+    finally:
+        await engine.close()
+    gaps = [b - a for a, b in itertools.pairwise(STAMPS)]
+    workflows, fan_steps = args.fanout, args.fanout_steps
+    STAMPS.clear()
+    engine = await open_engine(scratch("fusee-users-fan"), args.engine_options)
+    try:
+        with common.measured() as fan_m:
+            handles = [await engine.start(users_fan, f"users-fan-{i}", fan_steps) for i in range(workflows)]
+            for h in handles:
+                assert await h.result() == fan_steps
+        fan_stats = engine.stats
+    finally:
+        await engine.close()
+    total = workflows * fan_steps
+    assert len(STAMPS) == total
+    return {
+        "workload": "users", "steps": steps, "us_per_step": chain_m["wall_s"] / steps * 1e6,
+        "chain_cpu_us_per_step": chain_m["cpu_s"] / steps * 1e6, **common.latency_summary(gaps),
+        "fanout_workflows": workflows, "fanout_steps_per_s": total / fan_m["wall_s"],
+        "fanout_cpu_us_per_step": fan_m["cpu_s"] / total * 1e6,
+        "sync_inline": chain_stats["sync_inline"] + fan_stats["sync_inline"],
+        "sync_pooled": chain_stats["sync_pooled"] + fan_stats["sync_pooled"],
+        "wall_s": chain_m["wall_s"] + fan_m["wall_s"], "cpu_s": chain_m["cpu_s"] + fan_m["cpu_s"],
+    }
+
+
 async def run_start(args: argparse.Namespace) -> dict[str, Any]:
     """``args.starts`` one-step workflows executed one after another (start + result)."""
     count = args.starts
@@ -281,6 +344,69 @@ async def run_signals(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "workload": "signals", "count": count, "wall_s": m["wall_s"], "cpu_s": m["cpu_s"],
         "per_s": count / m["wall_s"], **common.latency_summary(latencies),
+    }
+
+
+async def run_wakes(args: argparse.Namespace) -> dict[str, Any]:
+    """``args.wakes`` parked workflows, each woken by one signal: wakes per second.
+
+    The runs wait for a signal and leave memory (``park_after`` 0.2 s unless
+    told otherwise); then every one is signalled, 1,000 signals in flight at a
+    time. A wake counts once the run's next step ran (its code replayed from
+    the journal and went on).
+    """
+    count = args.wakes
+    MARKS.clear()
+    keys = [f"wake-{i}" for i in range(count)]
+    options = {"park_after": 0.2, **args.engine_options}
+    engine = await open_engine(scratch("fusee-wakes"), options)
+    try:
+        handles = await gather_limited((engine.start(waiter, k, k) for k in keys), 1000)
+        while any(len(MARKS.get(k, ())) < 1 for k in keys):
+            await asyncio.sleep(0.05)
+        deadline = time.monotonic() + 120
+        while sum(s.parked for s in engine.metrics().shards) < count and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+        parked = sum(s.parked for s in engine.metrics().shards)
+        with common.measured() as m:
+            await gather_limited((engine.signal(k, go, 1) for k in keys), 1000)
+            results = await asyncio.gather(*(h.result() for h in handles))
+    finally:
+        await engine.close()
+    assert results == [1] * count
+    return {
+        "workload": "wakes", "count": count, "parked_before": parked, "wall_s": m["wall_s"],
+        "cpu_s": m["cpu_s"], "wakes_per_s": count / m["wall_s"],
+    }
+
+
+async def run_soak(args: argparse.Namespace) -> dict[str, Any]:
+    """Continuous fan-out for ``args.soak_s`` seconds: RSS growth after the first tenth.
+
+    Rounds of 200 workflows x 10 steps run back to back; RSS is sampled after
+    each round (after a garbage collection). Growth is the last sample over
+    the first one taken once a tenth of the time has passed (warm caches).
+    """
+    duration = args.soak_s
+    engine = await open_engine(scratch("fusee-soak"), args.engine_options)
+    samples: list[tuple[float, int]] = []
+    rounds = 0
+    try:
+        t0 = time.perf_counter()
+        with common.measured() as m:
+            while time.perf_counter() - t0 < duration:
+                STAMPS.clear()
+                await asyncio.gather(*(engine.execute(fan, f"soak-{rounds}-{i}", 10) for i in range(200)))
+                rounds += 1
+                gc.collect()
+                samples.append((time.perf_counter() - t0, common.rss_bytes()))
+    finally:
+        await engine.close()
+    warm = [rss for t, rss in samples if t >= duration / 10] or [samples[-1][1]]
+    return {
+        "workload": "soak", "seconds": duration, "rounds": rounds, "steps": rounds * 2000,
+        "wall_s": m["wall_s"], "cpu_s": m["cpu_s"], "rss_start": warm[0], "rss_end": warm[-1],
+        "rss_growth_pct": (warm[-1] - warm[0]) / warm[0] * 100,
     }
 
 
@@ -489,8 +615,8 @@ async def run_stream(args: argparse.Namespace) -> dict[str, Any]:
 
 
 WORKLOADS = {
-    "chain": run_chain, "fanout": run_fanout, "start": run_start, "signals": run_signals,
-    "timers": run_timers, "scale": run_scale, "recovery": run_recovery, "list": run_list,
+    "chain": run_chain, "fanout": run_fanout, "users": run_users, "start": run_start, "signals": run_signals,
+    "timers": run_timers, "wakes": run_wakes, "soak": run_soak, "scale": run_scale, "recovery": run_recovery, "list": run_list,
     "stream": run_stream,
 }
 
@@ -506,6 +632,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--starts", type=int, help="one-step workflows (500)")
     parser.add_argument("--signals", type=int, help="signalled workflows (10,000)")
     parser.add_argument("--timers", type=int, help="sleeping workflows (10,000)")
+    parser.add_argument("--wakes", type=int, help="parked workflows woken by a signal each (100,000)")
+    parser.add_argument("--soak-s", type=float, help="soak: seconds of continuous fan-out (600)")
     parser.add_argument("--scale", type=int, help="parked workflows (1,000,000)")
     parser.add_argument("--max-rss-gib", type=float, default=4.0,
                         help="scale: stop starting runs past this RSS (4 GiB)")
@@ -527,7 +655,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "chain": (200, 2000), "fanout": (100, 2000), "starts": (50, 500),
         "signals": (50, 10_000), "timers": (50, 10_000), "scale": (2000, 1_000_000),
         "recovery_runs": (500, 100_000), "park_wait": (0.5, 2.0), "list_runs": (5_000, 1_000_000),
-        "chunks": (500, 20_000),
+        "chunks": (500, 20_000), "wakes": (500, 100_000), "soak_s": (3.0, 600.0),
     }
     for name, (small, full) in defaults.items():
         if getattr(args, name) is None:

@@ -35,6 +35,10 @@ class Sabotage:
     resume_unreported_progress: bool = False
     #: ``reset`` delivers the signals that arrived after the cut twice.
     reapply_signal_twice: bool = False
+    #: A synchronous step function that blocked the event loop keeps running on it.
+    inline_never_demoted: bool = False
+    #: A step function lent the loop's thread starts without handing what is pending to the disk.
+    inline_step_holds_flush: bool = False
 
 
 #: The switches in force. Engine code reads them; only tests write them.

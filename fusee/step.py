@@ -16,6 +16,7 @@ from typing import Any, ParamSpec, TypeVar, overload
 
 from fusee.errors import NotInAStep
 from fusee.retry import Retry
+from fusee.runtime import syncsteps
 from fusee.runtime.context import CURRENT_STEP, Duration, StepInfo
 from fusee.runtime.wfloop import WorkflowLoop
 
@@ -50,6 +51,7 @@ def step(
     timeout: Duration | None = None,
     read_only: bool = False,
     heartbeat_timeout: Duration | None = None,
+    blocking: bool | None = None,
 ) -> Callable[[Callable[P, R]], Callable[P, R]]: ...
 
 
@@ -62,6 +64,7 @@ def step(
     timeout: Duration | None = None,
     read_only: bool = False,
     heartbeat_timeout: Duration | None = None,
+    blocking: bool | None = None,
 ) -> Any:
     """Makes a plain (sync or async) function a step when workflow code calls it.
 
@@ -69,13 +72,20 @@ def step(
     ``ctx.step("charge", charge, order, retry=..., ...)``: journaled, run once
     to success, its result typed by the function's return annotation (await
     it). Called anywhere else it is the plain function. The options are those
-    of :meth:`fusee.Ctx.step`.
+    of :meth:`fusee.Ctx.step`, and for a synchronous function ``blocking``:
+    ``True`` runs it in the step pool always (it waits on I/O), ``False`` on
+    the event loop's thread always (it is cheap and never blocks); by default
+    the engine measures it (see ``docs/operations.md``).
     """
+    if blocking is not None and not isinstance(blocking, bool):
+        raise TypeError(f"blocking must be True, False or None, got {blocking!r}")
 
     def wrap(f: Callable[..., Any]) -> Callable[..., Any]:
         if not callable(f):
             raise TypeError(f"@fusee.step decorates a function, got {f!r}")
         step_name = name if name is not None else f.__name__
+        if blocking is not None:
+            syncsteps.declare(f, blocking)
 
         @functools.wraps(f)
         def call(*args: Any, **kwargs: Any) -> Any:

@@ -43,8 +43,8 @@ __all__ = [
 class _SkippingEnv(RealEnv):
     """The real Env with a clock that can be moved forward."""
 
-    def __init__(self) -> None:
-        super().__init__(SimDisk(random.Random(0)))
+    def __init__(self, **options: Any) -> None:
+        super().__init__(SimDisk(random.Random(0)), **options)
         self.offset_ms = 0
 
     def now_ms(self) -> int:
@@ -84,8 +84,11 @@ class TestEngine:
         return getattr(self.engine, name)
 
     async def __aenter__(self) -> TestEngine:
-        self._env = _SkippingEnv()
-        self._engine = await Engine.open(None, workflows=self._workflows, env=self._env, **self._options)
+        # Options of the Env itself: where steps and flushes run.
+        env_keys = ("inline_sync_steps", "flush", "step_threads")
+        self._env = _SkippingEnv(**{k: v for k, v in self._options.items() if k in env_keys})
+        options = {k: v for k, v in self._options.items() if k not in env_keys}
+        self._engine = await Engine.open(None, workflows=self._workflows, env=self._env, **options)
         if self._skip_time:
             self._skipper = asyncio.get_running_loop().create_task(self._skip_idle())
         return self

@@ -7,6 +7,7 @@ import subprocess
 import sys
 import sysconfig
 import venv
+import zipfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -20,6 +21,9 @@ def test_the_wheel_installs_and_runs_the_quick_start(tmp_path: Path) -> None:
     )
     wheels = list(dist.glob("fusee-*.whl"))
     assert len(wheels) == 1
+    with zipfile.ZipFile(wheels[0]) as wheel:  # the web UI's templates and assets ship as package data
+        names = set(wheel.namelist())
+    assert {"fusee/ui/templates/run.html", "fusee/ui/static/ui.css", "fusee/ui/static/ui.js"} <= names
     env_dir = tmp_path / "venv"
     venv.create(env_dir, with_pip=False)
     py = env_dir / "bin" / "python"

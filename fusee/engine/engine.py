@@ -43,6 +43,7 @@ from fusee.runtime.streams import durable_chunks
 from fusee.runtime.table import dedup_key
 from fusee.runtime.tokens import parse_token
 from fusee.runtime.wfloop import WorkflowLoop
+from fusee.storage import flush_modes
 from fusee.storage.committer import GroupCommitter
 from fusee.storage.directory import existing_shards
 from fusee.storage.log import RESTORE_ADVICE, SharedLog
@@ -192,7 +193,8 @@ class Engine:
         shards: int | None = None,
         env: Env | None = None,
         retry: Retry | None = None,
-        inline_sync_steps: bool = False,
+        inline_sync_steps: bool | None = None,
+        flush: str | None = None,
         step_threads: int = DEFAULT_STEP_THREADS,
         truncate_corrupt: bool = False,
         segment_bytes: int | None = None,
@@ -240,6 +242,7 @@ class Engine:
                 env=env,
                 retry=retry,
                 inline_sync_steps=inline_sync_steps,
+                flush=flush,
                 step_threads=step_threads,
                 truncate_corrupt=truncate_corrupt,
                 segment_bytes=segment_bytes,
@@ -264,7 +267,8 @@ class Engine:
         shards: int | None,
         env: Env | None,
         retry: Retry | None,
-        inline_sync_steps: bool,
+        inline_sync_steps: bool | None,
+        flush: str | None,
         step_threads: int,
         truncate_corrupt: bool,
         segment_bytes: int | None,
@@ -298,6 +302,8 @@ class Engine:
             raise ValueError(f"checkpoint_bytes must be a positive int, got {checkpoint_bytes!r}")
         if shards is not None and (not isinstance(shards, int) or isinstance(shards, bool) or shards < 1):
             raise ValueError(f"shards must be a positive int, got {shards!r}")
+        if inline_sync_steps not in (None, True, False):
+            raise TypeError(f"inline_sync_steps must be True, False or None, got {inline_sync_steps!r}")
         if retry is not None and not isinstance(retry, Retry):
             raise TypeError(f"retry must be a fusee.Retry, got {retry!r}")
         own_env = env is None
@@ -310,7 +316,10 @@ class Engine:
                 from fusee.storage.posix import PosixStorage
 
                 storage = PosixStorage()
-            env = RealEnv(storage, inline_sync_steps=inline_sync_steps, step_threads=step_threads)
+            env = RealEnv(storage, inline_sync_steps=inline_sync_steps, step_threads=step_threads,
+                          flush=flush)
+        elif flush is not None:
+            raise ValueError("flush=... applies to the engine's own Env: with env=..., set the Env's flush_mode")
         dir_path = MEMORY_PATH if path is None else os.fspath(path)
         # Segments are preallocated: 64 MiB on a disk, 1 MiB in memory (an engine
         # for tests opens in a millisecond instead of zeroing 64 MiB).
@@ -341,7 +350,9 @@ class Engine:
         self._committer = GroupCommitter(
             log,
             run_blocking=env.run_step if sabotage.active.flush_shares_step_pool else env.run_io,
-            inline=env.inline_flush,
+            mode=getattr(env, "flush_mode", None) or (
+                flush_modes.INLINE if env.inline_flush else flush_modes.BACKGROUND),
+            wait_job=getattr(env, "wait_flush", None),
             on_durable=lambda durable: self._rt.on_durable(durable),
         )
         self._rt = Runtime(
@@ -1084,7 +1095,15 @@ class Engine:
 
     @property
     def stats(self) -> dict[str, int]:
-        return dict(self._rt.stats)
+        """Counters since open: steps, replays, runs started, parks, wakes, checkpoints, and where
+        synchronous step functions ran (``sync_inline``, ``sync_pooled``, ``sync_demoted``) and
+        how flushes ran (``flushes``, ``inline_flushes``, ``flush_waits``)."""
+        out = dict(self._rt.stats)
+        policy = self._rt.steps.sync_policy
+        out.update(sync_inline=policy.inline_runs, sync_pooled=policy.pool_runs, sync_demoted=policy.demoted,
+                   flushes=self._committer.flushes, inline_flushes=self._committer.inline_flushes,
+                   flush_waits=self._committer.blocking_waits)
+        return out
 
     # --- checkpoints and closing ------------------------------------------------
 

@@ -163,25 +163,28 @@ def takes_step_info(fn: Callable[..., Any]) -> bool:
     return False
 
 
+#: Whether a step function wants a StepInfo, per (function, count of args, kwargs' names).
+_wants_info: dict[Any, bool] = {}
+
+
 def bind_step_args(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Callable[..., Any]:
     """``fn`` with ``args`` and ``kwargs`` bound, taking a StepInfo first if ``fn`` wants one.
 
     ``fn`` wants one when its first parameter is annotated ``StepInfo``, or
     when it has one more required positional parameter than ``args`` fill.
+    The answer is cached per function's code (a closure made per step is
+    inspected once).
     """
-    wants = False
     try:
-        params = [
-            p for p in inspect.signature(fn).parameters.values()
-            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.name not in kwargs
-        ]
-    except (TypeError, ValueError):
-        params = []
-    if params:
-        ann = params[0].annotation
-        required = [p for p in params if p.default is p.empty]
-        wants = ann is StepInfo or (isinstance(ann, str) and ann.rsplit(".", 1)[-1] == "StepInfo") \
-            or len(required) == len(args) + 1
+        sig = signature_key(fn)
+        key: Any = None if sig is None else (sig, len(args), tuple(kwargs))
+        wants = None if key is None else _wants_info.get(key)
+    except TypeError:
+        key, wants = None, None
+    if wants is None:
+        wants = _wants_step_info(fn, args, kwargs)
+        if key is not None and len(_wants_info) < 8192:
+            _wants_info[key] = wants
     if not wants:
         return functools.partial(fn, *args, **kwargs)
     if inspect.iscoroutinefunction(fn):
@@ -194,6 +197,42 @@ def bind_step_args(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[s
         return fn(info, *args, **kwargs)
 
     return with_info
+
+
+def signature_key(fn: Callable[..., Any]) -> Any:
+    """What fixes ``fn``'s parameters, cheaply: its code (and how a partial or a bound method shifts them).
+
+    None for a callable whose signature is declared apart from its code
+    (``__wrapped__``, ``__signature__``): those are inspected every time.
+    """
+    if isinstance(fn, functools.partial):
+        inner = signature_key(fn.func)
+        return None if inner is None else ("partial", inner, len(fn.args), tuple(fn.keywords))
+    if hasattr(fn, "__wrapped__") or hasattr(fn, "__signature__"):
+        return None
+    code = getattr(fn, "__code__", None)
+    if code is not None:
+        return code
+    func = getattr(fn, "__func__", None)
+    if func is not None:
+        return ("method", signature_key(func))
+    return fn if hasattr(fn, "__name__") else ("instance", type(fn))
+
+
+def _wants_step_info(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    try:
+        params = [
+            p for p in inspect.signature(fn).parameters.values()
+            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.name not in kwargs
+        ]
+    except (TypeError, ValueError):
+        return False
+    if not params:
+        return False
+    ann = params[0].annotation
+    required = [p for p in params if p.default is p.empty]
+    return ann is StepInfo or (isinstance(ann, str) and ann.rsplit(".", 1)[-1] == "StepInfo") \
+        or len(required) == len(args) + 1
 
 
 def takes_argument(fn: Callable[..., Any]) -> bool:

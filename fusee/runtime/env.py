@@ -20,6 +20,8 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol, TypeVar
 
+from fusee.storage import flush_modes
+
 T = TypeVar("T")
 
 #: Threads that run synchronous step functions when ``Engine.open`` is not told otherwise.
@@ -35,16 +37,30 @@ class Env(Protocol):
     rng: random.Random
     #: Run a flush on the event loop's thread when exactly one run waits for it.
     inline_flush: bool
-    #: Run synchronous step functions on the event loop's thread (cheap, pure
-    #: functions) instead of the step pool.
-    inline_sync_steps: bool
+    #: Where flushes run (``fusee.storage.flush_modes``): inline, pipeline or background.
+    flush_mode: str
+    #: Synchronous step functions on the event loop's thread: True (all), False
+    #: (none: the step pool), None (each once measured cheap: ``syncsteps``).
+    inline_sync_steps: bool | None
 
     def now_ms(self) -> int:
         """Wall-clock Unix milliseconds (what ``ctx.now()`` records)."""
         ...
 
+    def monotonic(self) -> float:
+        """Seconds on a clock that never goes back (times step functions)."""
+        ...
+
+    def call_inline(self, fn: Callable[..., T], *args: Any) -> T:
+        """Calls a synchronous step function on the event loop's thread (it blocks the loop meanwhile)."""
+        ...
+
     def run_io(self, fn: Callable[[], T]) -> Awaitable[T]:
         """Runs storage work (a flush) off the event loop's thread; never behind step work."""
+        ...
+
+    def wait_flush(self, job: Any) -> None:
+        """Blocks the event loop's thread until a flush handed to ``run_io`` is done (pipeline mode)."""
         ...
 
     def run_step(self, fn: Callable[[], T]) -> Awaitable[T]:
@@ -59,13 +75,14 @@ class Env(Protocol):
 class RealEnv:
     """The Env of a real process: wall clock, OS randomness, a log thread and a step pool."""
 
-    def __init__(self, storage: Any, *, inline_flush: bool = True, inline_sync_steps: bool = False,
-                 step_threads: int = DEFAULT_STEP_THREADS) -> None:
+    def __init__(self, storage: Any, *, inline_flush: bool = True, inline_sync_steps: bool | None = None,
+                 step_threads: int = DEFAULT_STEP_THREADS, flush: str | None = None) -> None:
         if not isinstance(step_threads, int) or isinstance(step_threads, bool) or step_threads < 1:
             raise ValueError(f"step_threads must be a positive int, got {step_threads!r}")
         self.storage = storage
         self.rng = random.Random(os.urandom(16))
-        self.inline_flush = inline_flush
+        self.flush_mode = flush_modes.resolve(flush) if inline_flush else flush_modes.BACKGROUND
+        self.inline_flush = self.flush_mode == flush_modes.INLINE
         self.inline_sync_steps = inline_sync_steps
         self.step_threads = step_threads
         self._steps = concurrent.futures.ThreadPoolExecutor(
@@ -83,6 +100,12 @@ class RealEnv:
     def now_ms(self) -> int:
         return time.time_ns() // 1_000_000
 
+    monotonic = staticmethod(time.perf_counter)
+
+    @staticmethod
+    def call_inline(fn: Callable[..., T], *args: Any) -> T:
+        return fn(*args)
+
     def _host_loop(self) -> asyncio.AbstractEventLoop:
         if self._loop is None:
             self._loop = asyncio.get_running_loop()
@@ -93,6 +116,8 @@ class RealEnv:
 
     def run_step(self, fn: Callable[[], T]) -> Awaitable[T]:
         return self._host_loop().run_in_executor(self._steps, fn)
+
+    wait_flush = staticmethod(flush_modes.wait_for_job)
 
     def message_delay(self) -> float:
         return 0.0

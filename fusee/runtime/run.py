@@ -38,6 +38,7 @@ from fusee.runtime.context import (
     ContinueAsNew,
     Ctx,
     OutsideWorkflow,
+    signature_key,
     takes_argument,
     takes_step_info,
 )
@@ -110,22 +111,20 @@ _fn_cache: dict[Any, tuple[bool, bool, Any]] = {}
 def describe_fn(fn: Callable[..., Any]) -> tuple[bool, bool, Any]:
     """(takes a StepInfo, is a coroutine function, return annotation) of a step function.
 
-    Cached per code object: a loop of steps made from one lambda pays for the
-    inspection once.
+    Cached per code object (and how a partial or a bound method shifts its
+    parameters): a loop of steps made from one lambda pays for the inspection
+    once.
     """
-    code = getattr(fn, "__code__", None)
-    key: Any = code if code is not None else fn
-    if isinstance(fn, functools.partial):
-        # A partial made anew for every step: key on what it wraps and how much it binds.
-        inner = getattr(fn.func, "__code__", fn.func)
-        key = (inner, len(fn.args), tuple(fn.keywords))
+    key = None
     try:
-        return _fn_cache[key]
+        key = signature_key(fn)
+        if key is not None:
+            return _fn_cache[key]
     except (KeyError, TypeError):
         pass
     v = (takes_step_info(fn), inspect.iscoroutinefunction(fn), _return_type(fn))
     try:
-        if len(_fn_cache) < 4096:
+        if key is not None and len(_fn_cache) < 4096:
             _fn_cache[key] = v
     except TypeError:
         pass
@@ -349,7 +348,11 @@ class Run:
             t = type(n)
             if t is jm.Deliver:
                 assert isinstance(n, jm.Deliver)
-                lsn = self.append(n.record) if n.record is not None else 0
+                if n.record is not None:
+                    lsn = self.append(n.record)
+                    self.rt.after_delivery()
+                else:
+                    lsn = 0
                 if n.outcome.status == rec.Status.TIMED_OUT and n.seq in self.children:
                     # The parent stopped waiting: the child follows its close policy
                     # (again on replay: a crash may have come between).

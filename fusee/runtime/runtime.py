@@ -169,6 +169,10 @@ class Runtime:
             return
         await self.committer.wait_durable(shard, lsn)
 
+    def after_delivery(self) -> None:
+        """A delivery was journaled and the run's code goes on (pipeline mode writes meanwhile)."""
+        self.committer.after_delivery()
+
     def flush_soon(self) -> None:
         """Gets what was appended on disk even if nobody waits for it (a timer, a delivery).
 

@@ -25,10 +25,11 @@ from typing import TYPE_CHECKING, Any
 from fusee import codec, sabotage
 from fusee.core import journal as jm
 from fusee.core import records as rec
-from fusee.errors import SerializationError, StepTimeout
+from fusee.errors import SerializationError, StepTimeout, WrongEventLoop
 from fusee.runtime.context import CURRENT_STEP, StepInfo
 from fusee.runtime.run import Run, StepCall
 from fusee.runtime.streams import StepStream
+from fusee.runtime.syncsteps import SyncStepPolicy
 from fusee.runtime.tokens import make_token
 
 if TYPE_CHECKING:
@@ -68,6 +69,14 @@ class _Continue:
                     return done.value
 
 
+#: Results that are never awaitable: checked by type, sparing ``inspect.isawaitable``'s ABC check.
+_PLAIN = frozenset({int, str, float, bool, type(None), bytes, dict, list, tuple})
+
+
+def _awaitable(value: Any) -> bool:
+    return type(value) not in _PLAIN and inspect.isawaitable(value)
+
+
 #: Steps a lone chain may start in a row before it lets the loop take a turn.
 _DIRECT_STREAK = 32
 
@@ -93,6 +102,8 @@ class StepRunner:
         self.started: list[tuple[str, int]] | None = None
         #: When a supervised attempt last reported a heartbeat (loop time).
         self._hb_seen: dict[tuple[Run, int], float] = {}
+        #: Where synchronous step functions run (the loop's thread or the pool).
+        self.sync_policy = SyncStepPolicy(rt.env.inline_sync_steps, rt.env.monotonic)
 
     # --- starting ----------------------------------------------------------------
 
@@ -103,11 +114,13 @@ class StepRunner:
         if call.read_only or sabotage.active.step_before_gate:
             self.rt.loop.call_soon(self._start_step, run, seq, call)
             return
-        self.rt.steps_started = True
-        if call.gate > self.rt.log.durable(run.shard) and not self.rt.committer.flush_if_alone():
-            # Gated: it starts when a flush makes its gate durable (see _release_gated).
+        if (call.gate > self.rt.log.durable(run.shard)
+                and not self.rt.committer.flush_if_alone(run.shard, call.gate)):
+            # Gated: it starts when a flush makes its gate durable (see _release_gated),
+            # and that flush takes whatever else is pending (flush_soon need not ask).
             self._gated.append((run, seq, call))
             self.rt.committer.request_flush()
+            self.rt.steps_started = True
             return
         if self._streak < _DIRECT_STREAK and not self._direct and not run.machine.is_replaying():
             # Its gate is durable now (a lone chain just flushed): run it at once,
@@ -222,9 +235,16 @@ class StepRunner:
                     # It suspended: a task carries it on from where it is.
                     self._carry(run, seq, call, _Continue(coro, yielded))
                     return
-            elif self.rt.env.inline_sync_steps:
-                value = call.fn(*args)
-                if inspect.isawaitable(value):
+            elif self.sync_policy.runs_inline(call.fn):
+                try:
+                    value = self._call_inline(call.fn, args)
+                except WrongEventLoop:
+                    # It waits for the engine's loop (engine.run_threadsafe): only a thread
+                    # can run it. In the pool from now on, this execution included.
+                    self.sync_policy.needs_thread(call.fn)
+                    self.rt.spawn(self._step(run, seq, call, self._in_pool(run, call.fn, args)))
+                    return
+                if _awaitable(value):
                     self._carry(run, seq, call, value)
                     return
             else:
@@ -236,6 +256,21 @@ class StepRunner:
         finally:
             CURRENT_STEP.reset(entered)
         self._step_result(run, seq, value)
+
+    def _call_inline(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+        """Calls a synchronous step function on the loop's thread, timed (see ``syncsteps``).
+
+        Whatever waits to be flushed is handed to the log's thread first, so
+        no record waits for this call to begin its way to the disk.
+        """
+        if not sabotage.active.inline_step_holds_flush:
+            self.rt.committer.hand_off()
+        env = self.rt.env
+        began = env.monotonic()
+        try:
+            return env.call_inline(fn, *args)
+        finally:
+            self.sync_policy.observe(fn, env.monotonic() - began, True)
 
     def _info_maker(self, run: Run, seq: int, call: StepCall, attempt: int) -> Callable[[], StepInfo]:
         return lambda: self._info(run, seq, call, attempt)
@@ -260,13 +295,19 @@ class StepRunner:
         """
 
         context = contextvars.copy_context()  # fusee.step_info() works in the thread too
+        clock, observe = self.rt.env.monotonic, self.sync_policy.observe
 
         def call() -> Any:
             if run.cancel_pending and not sabotage.active.step_after_cancel:
                 raise _NotStarted()
             if self.rt.closing:
                 raise _NotStarted()
-            return context.run(fn, *args)
+            began = clock()
+            try:
+                return context.run(fn, *args)
+            finally:
+                # From the pool's thread: the policy's state is a dict, safe under the GIL.
+                observe(fn, clock() - began, False)
 
         return self.rt.env.run_step(call)
 
@@ -420,9 +461,14 @@ class StepRunner:
         CURRENT_STEP.set(self._info_maker(run, seq, call, attempt))
         if call.is_async:
             return await self._supervise(run, seq, call, asyncio.ensure_future(fn(*args)), False)
-        if self.rt.env.inline_sync_steps:
-            result = fn(*args)
-        else:
+        inline = call.timeout_s is None and call.heartbeat_s is None and self.sync_policy.runs_inline(fn)
+        if inline:
+            try:
+                result = self._call_inline(fn, args)
+            except WrongEventLoop:
+                self.sync_policy.needs_thread(fn)  # see _start_step
+                inline = False
+        if not inline:
             result = await self._supervise(run, seq, call, self._in_pool(run, fn, args), True)
         if inspect.isawaitable(result):
             task = asyncio.ensure_future(result)

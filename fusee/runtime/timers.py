@@ -12,6 +12,11 @@ import asyncio
 import heapq
 from collections.abc import Callable
 
+#: Entries dispatched per turn of the loop at most: a mass wake reaches the code in
+#: batches, each batch's records flushing while the next one runs, and the loop
+#: stays responsive (acknowledgements, I/O) during it.
+BATCH = 256
+
 # What an entry asks for when it comes due.
 FIRE, DEADLINE, WAKE, PARK, EXPIRE, CHILD_DEADLINE, RUN_DEADLINE = range(7)
 
@@ -76,7 +81,16 @@ class TimerQueue:
             return
         now = self._now_ms()
         heap = self._heap
-        while heap and heap[0][0] <= now:
+        budget = BATCH
+        while heap and heap[0][0] <= now and budget:
             _, kind, wid, run_id, seq, extra = heapq.heappop(heap)
             self._dispatch(kind, wid, run_id, seq, extra)
+            budget -= 1
+        if heap and heap[0][0] <= now and not self._closed:
+            # More are due: after the loop's next turn (what this batch appended starts its flush first).
+            if self._handle is not None:
+                self._handle.cancel()
+            self._due = heap[0][0]
+            self._handle = self._loop.call_later(0, self._run_due)
+            return
         self._arm()

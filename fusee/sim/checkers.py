@@ -473,6 +473,43 @@ def check_step_outcomes(effects: Iterable[Any], snap: Snapshot, crashed_lives: s
     return out
 
 
+def stalled(stalls: Iterable[tuple[float, float, Any, bool]], end_of_step: float, crash: float) -> float:
+    """Seconds of [end_of_step, crash] that do not count against a step's durability deadline.
+
+    ``stalls`` (``SimEnv.stalls``): the loop's thread lent to a step function.
+    A stall holds back a step that finished during it (its outcome is
+    appended once the loop is free) and records that waited behind a flush
+    in flight as it began (they follow that flush). A record already pending
+    when a stall began with no flush in flight must have been handed to the
+    disk before the function began: such a stall excuses nothing.
+    """
+    total = 0.0
+    for at, seconds, _, busy in stalls:
+        if busy or end_of_step >= at:
+            total += max(0.0, min(crash, at + seconds) - max(end_of_step, at))
+    return total
+
+
+def check_inline_stalls(stalls: Iterable[tuple[float, float, Any, bool]]) -> list[str]:
+    """A step function measured as cheap blocks the loop's thread at most once per process life.
+
+    After its first inline execution past ``syncsteps.DEMOTE_ABOVE_S`` it runs in the step pool.
+    """
+    from fusee.runtime.syncsteps import DEMOTE_ABOVE_S
+
+    seen: dict[Any, float] = {}
+    for at, seconds, key, _ in stalls:
+        if seconds <= DEMOTE_ABOVE_S:
+            continue
+        if key in seen:
+            name = getattr(key, "co_qualname", key)
+            return [f"step function {name} blocked the event loop for {seconds * 1000:.1f} ms at "
+                    f"{at * 1000:.3f} ms, after it had blocked it at {seen[key] * 1000:.3f} ms: "
+                    "it should run in the step pool by then"]
+        seen[key] = at
+    return []
+
+
 def check_durable(due: Iterable[Any], snap: Snapshot, what: str) -> list[str]:
     """Steps that finished long enough before a crash (or before a graceful close) are durable.
 

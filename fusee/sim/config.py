@@ -76,6 +76,10 @@ class SimConfig:
     close_every_ms: int = 0
     #: ``Engine.close(grace=...)`` in virtual ms.
     close_grace_ms: int = 1_000
+    #: ``Engine.open(inline_sync_steps=...)``: None (measured), True (all inline), False (all pooled).
+    inline_sync_steps: bool | None = False
+    #: ``Engine.open(flush=...)`` as the simulator models it: background or pipeline.
+    flush_mode: str = "background"
     #: Relative weight of each job kind in the built-in workload.
     mix: dict[str, int] = dataclasses.field(default_factory=lambda: dict.fromkeys(JOB_KINDS, 1))
 
@@ -91,6 +95,7 @@ class SimConfig:
         s = random.Random(f"steps-{seed}")
         mix["saga"] = s.choice([0, 1, 2, 3])
         max_step_ms = s.choice([1.0, 5.0, 20.0, 60.0])
+        h = random.Random(f"hot-{seed}")
         o = random.Random(f"operate-{seed}")
         mix["approval"] = o.choice([0, 1, 2, 3])
         mix["export"] = o.choice([0, 1, 2, 3])
@@ -118,6 +123,8 @@ class SimConfig:
             close_every_ms=s.choice([0, 0, 300, 800]),
             # Long enough for any step function to finish (they hold a slot at most max_step_ms).
             close_grace_ms=int(max_step_ms) + 50 + s.randrange(200),
+            inline_sync_steps=h.choice([None, None, False, True]),
+            flush_mode=h.choice(["background", "pipeline"]),
             mix=mix,
         )
 
@@ -132,7 +139,8 @@ class SimConfig:
             f"park_after_ms={self.park_after_ms} checkpoint_ms={self.checkpoint_interval_ms} "
             f"checkpoint_every={self.checkpoint_every} segment_bytes={self.segment_bytes} blob_threshold={self.blob_threshold} "
             f"step_slots={self.step_slots} max_step_ms={self.max_step_ms} sync_steps={self.sync_steps_per_mille}/1000 "
-            f"close_every_ms={self.close_every_ms} close_grace_ms={self.close_grace_ms} mix={mix}"
+            f"close_every_ms={self.close_every_ms} close_grace_ms={self.close_grace_ms} "
+            f"inline_sync_steps={self.inline_sync_steps} flush={self.flush_mode} mix={mix}"
         )
 
     @property

@@ -13,6 +13,7 @@ import random
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
+from fusee.runtime.syncsteps import function_key
 from fusee.sim.loop import SimLoop
 
 T = TypeVar("T")
@@ -36,7 +37,6 @@ class SimEnv:
     """
 
     inline_flush = False
-    inline_sync_steps = False
 
     def __init__(
         self,
@@ -51,9 +51,22 @@ class SimEnv:
         step_slots: int = 4,
         step_latency: Callable[[], float] | None = None,
         io_shares_step_pool: bool = False,
+        inline_sync_steps: bool | None = False,
+        flush_mode: str = "background",
     ) -> None:
         self.storage = disk
         self.rng = rng
+        self.inline_sync_steps = inline_sync_steps
+        assert flush_mode in ("background", "pipeline"), f"the simulator models no {flush_mode} flushes"
+        self.flush_mode = flush_mode
+        # Storage calls in flight: (due, timer, complete), so a stalled loop can let them finish on time.
+        self._io_inflight: list[tuple[float, Any, Callable[[], None]]] = []
+        #: Step functions called on the loop's thread, and (begin, seconds, function, storage
+        #: busy) of each that stalled it; busy: a storage call was in flight as it began.
+        self.steps_inline = 0
+        #: Times the loop's thread blocked for a flush (pipeline mode).
+        self.flush_waits = 0
+        self.stalls: list[tuple[float, float, Any, bool]] = []
         # Tracebacks hold file paths: a seed must replay the same from any checkout.
         self.record_tracebacks = False
         self.loop = loop
@@ -78,6 +91,51 @@ class SimEnv:
     def now_ms(self) -> int:
         """Wall-clock milliseconds: the fixed epoch plus virtual time (plus any clock jump)."""
         return EPOCH_MS + self._clock_offset_ms + int(self.loop.time() * 1000.0)
+
+    def monotonic(self) -> float:
+        """The loop's virtual time in seconds."""
+        return self.loop.time()
+
+    def call_inline(self, fn: Callable[..., T], *args: Any) -> T:
+        """Calls a synchronous step function on the loop's thread, which it then holds.
+
+        The function's effect happens now; then the loop stays busy for the
+        time it blocks (``step_latency``): virtual time passes, no callback
+        runs, while storage calls in flight complete at their own times, as a
+        log thread does beside a busy loop. The engine hears of them after.
+        """
+        self.steps_inline += 1
+        try:
+            return fn(*args)
+        finally:
+            hold = self._step_latency() if self._step_latency is not None else 0.0
+            if hold > 0.0:
+                self._stall(hold, fn)
+
+    def _stall(self, seconds: float, fn: Any) -> None:
+        loop = self.loop
+        begin = loop.time()
+        end = begin + seconds
+        self.stalls.append((begin, seconds, function_key(fn), bool(self._io_inflight)))
+        for entry in sorted((e for e in self._io_inflight if e[0] <= end), key=lambda e: e[0]):
+            self._complete_io_now(entry)
+        loop._advance_to(end)
+
+    def _complete_io_now(self, entry: tuple[float, Any, Callable[[], None]]) -> None:
+        """A storage call finishes on "its thread" while the loop's thread is busy: the disk's part now."""
+        when, timer, complete = entry
+        self._io_inflight.remove(entry)
+        timer.cancel()
+        self.loop._advance_to(max(when, self.loop.time()))
+        complete()  # its future's callbacks wait for the loop
+
+    def wait_flush(self, job: Any) -> None:
+        """The loop's thread blocks until a flush in flight is done (pipeline mode): virtual time passes."""
+        self.flush_waits += 1
+        while not job.done and self._io_inflight:
+            self._complete_io_now(min(self._io_inflight, key=lambda e: e[0]))
+        if not job.done:
+            job.wait()  # never handed over (cannot happen): it runs here rather than hang
 
     def run_io(self, fn: Callable[[], T]) -> Awaitable[T]:
         """Runs ``fn`` after a seeded I/O latency, inline on the loop; returns a future of its result.
@@ -167,7 +225,16 @@ class SimEnv:
             if not fut.done():
                 fut.set_result(value)
 
-        loop.call_at(loop.time() + delay, complete)
+        when = loop.time() + delay
+        entry: list[Any] = []
+
+        def due() -> None:
+            self._io_inflight.remove(entry[0])
+            complete()
+
+        timer = loop.call_at(when, due)
+        entry.append((when, timer, complete))
+        self._io_inflight.append(entry[0])
         return fut
 
     def _withhold(self, error: BaseException | None) -> bool:

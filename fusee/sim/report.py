@@ -52,6 +52,9 @@ class Report:
     terminates: int = 0
     #: Synchronous step functions the simulated step pool ran.
     sync_steps: int = 0
+    #: Synchronous step functions run on the loop's thread, and flushes it blocked for (pipeline).
+    inline_steps: int = 0
+    flush_waits: int = 0
     #: Graceful closes (each followed by a reopen), and requests refused during one.
     closes: int = 0
     calls_refused: int = 0
@@ -97,6 +100,8 @@ COVERAGE = (
     "client_retries",
     "terminates",
     "sync_steps",
+    "inline_steps",
+    "flush_waits",
     "closes",
     "calls_refused",
     "closes_mid_step",

@@ -252,7 +252,8 @@ class World:
             env = SimEnv(self.disk, random.Random(self.rng.getrandbits(64)), self.loop,
                          self._io_latency, message_latency=self._msg_latency,
                          clock_offset_ms=self.clock_offset_ms, after_io=self._after_io,
-                         step_slots=self.cfg.step_slots, step_latency=self._step_latency)
+                         step_slots=self.cfg.step_slots, step_latency=self._step_latency,
+                         inline_sync_steps=self.cfg.inline_sync_steps, flush_mode=self.cfg.flush_mode)
             self.env = env
             self.opening = True
             try:
@@ -339,11 +340,16 @@ class World:
         if (kind == _RESTART or self.restart_pending or self.opening
                 or (engine is not None and engine.failure is not None)):
             return []  # the log failed: what it had not flushed is lost, as promised
-        limit = self.t - self.cfg.durable_within_ms / 1000.0
-        return [e for e in self.svc.effects if e.life == self.life and e.ok and e.end <= limit]
+        bound = self.cfg.durable_within_ms / 1000.0
+        stalls = self.env.stalls if self.env is not None else []
+        # The loop's thread lent to a step function delays the next flush's start
+        # (one already in flight still completes): that time does not count.
+        return [e for e in self.svc.effects if e.life == self.life and e.ok
+                and self.t - e.end - checkers.stalled(stalls, e.end, self.t) >= bound]
 
     def _end_life(self) -> None:
         """The current life is over: its engine is gone and new code may be deployed."""
+        self._check_stalls()
         self.dead.append(self.loop)
         self._add_engine_stats()
         self.engine = None
@@ -354,6 +360,12 @@ class World:
         self.inflight.clear()
         for hook in self.plan.on_crash:
             hook()
+
+    def _check_stalls(self) -> None:
+        if self.env is not None and self.cfg.inline_sync_steps is None:
+            problems = checkers.check_inline_stalls(self.env.stalls)
+            if problems:
+                raise self.fail(problems[0])
 
     # --- graceful closes ----------------------------------------------------------
 
@@ -538,7 +550,7 @@ class World:
                 return
         if life != self.life:
             return
-        if during_close:
+        if during_close and answer != ("late", None):  # "late": the client's own answer, never sent
             self._fail_later(f"{_describe(action)} sent during a close was answered {answer!r}: "
                              "expected EngineClosed")
             return
@@ -725,6 +737,8 @@ class World:
             problems += checkers.check_resumes(svc.resumes, svc.progress)
             if final:
                 problems += checkers.check_step_outcomes(svc.effects, snap, self.crashed_lives)
+        if final:
+            self._check_stalls()
         if problems:
             raise self.fail(problems[0])
 
@@ -879,6 +893,8 @@ class World:
         """Adds the engine's counters of this life (replays, parks, checkpoints) to the report."""
         if self.env is not None:
             self.report.sync_steps += self.env.steps_run
+            self.report.inline_steps += self.env.steps_inline
+            self.report.flush_waits += self.env.flush_waits
             self.env = None
         stats = getattr(self.engine, "stats", None)
         if callable(stats):

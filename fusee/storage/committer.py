@@ -18,11 +18,13 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import functools
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from fusee.errors import StorageError
+from fusee.storage import flush_modes
 from fusee.storage.log import FlushJob, SharedLog
 
 logger = logging.getLogger("fusee")
@@ -41,10 +43,17 @@ class GroupCommitter:
     def __init__(self, log: SharedLog, *,
                  run_blocking: Callable[[Callable[[], None]], Awaitable[None]] | None = None,
                  inline: bool = True,
+                 mode: str | None = None,
+                 wait_job: Callable[[FlushJob], None] | None = None,
                  on_durable: Callable[[list[int]], None] | None = None,
                  early_start: int = 512) -> None:
         self.log = log
-        self._inline = inline
+        #: ``flush_modes.INLINE``, ``PIPELINE`` or ``BACKGROUND`` (``inline=False`` means background).
+        self.mode = mode if mode is not None else (flush_modes.INLINE if inline else flush_modes.BACKGROUND)
+        assert self.mode in flush_modes.MODES, self.mode
+        self._inline = self.mode == flush_modes.INLINE
+        self._pipeline = self.mode == flush_modes.PIPELINE
+        self._wait_job = wait_job if wait_job is not None else flush_modes.wait_for_job
         self._on_durable = on_durable
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         self._run_blocking = run_blocking if run_blocking is not None else self._in_thread
@@ -54,19 +63,26 @@ class GroupCommitter:
             self._loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
         except RuntimeError:
             self._loop = None
+        # The loop's queue of ready callbacks (asyncio's own deque; looked up once).
+        self._ready: Any = None
         self._inflight: FlushJob | None = None
         self._inflight_fut: _SharedFuture | None = None  # waiters of the batch in flight
         self._next_fut: _SharedFuture | None = None  # waiters of the batch forming
         self._waiters = 0
+        # Flushes completed here before their runner's callbacks reached the loop:
+        # those callbacks, still on their way, change nothing (see _loop_idle).
+        self._stale = 0
         self._start_scheduled = False
         self._closed = False
         #: With a start scheduled and this many records pending, a waiter starts the
         #: flush at once instead of after every ready task appended: under load the
         #: disk then syncs one batch while the next one forms (group commit pipelining).
         self.early_start = early_start
-        #: Flushes completed (and of them, run on the loop's thread) and records they made durable.
+        #: Flushes completed (and of them, run on the loop's thread, and waited for by
+        #: blocking it: pipeline mode) and records they made durable.
         self.flushes = 0
         self.inline_flushes = 0
+        self.blocking_waits = 0
         self.records_flushed = 0
         log.on_flushed = self._flushed_elsewhere
 
@@ -122,6 +138,21 @@ class GroupCommitter:
         if self._inflight is None and not self._start_scheduled and self.log.has_pending():
             self._schedule_start()
 
+    def hand_off(self) -> None:
+        """Starts a flush of everything pending on the log's thread now, unless one is still in flight.
+
+        Called before the loop's thread is lent to a step function: the disk
+        then works on what is pending meanwhile instead of after it. A flush
+        whose thread already finished is completed here first (the loop may
+        not have heard of it yet, if step functions ran back to back).
+        """
+        job = self._inflight
+        if job is not None and job.done:
+            self._finish_inflight(job)
+        if (self._inflight is None and not self._closed and self.log.failed is None
+                and self.log.has_pending()):
+            self._launch()
+
     def checkpoint(self, state: bytes, covers: Sequence[int] | None = None) -> None:
         """``SharedLog.checkpoint`` (blocking); waiters it made durable wake up.
 
@@ -152,26 +183,56 @@ class GroupCommitter:
             self._executor.shutdown(wait=True)
             self._executor = None
 
-    def flush_if_alone(self) -> bool:
-        """Flushes on the calling thread, now, if nothing else could share the flush.
+    def flush_if_alone(self, shard: int, lsn: int) -> bool:
+        """Makes ``lsn`` of ``shard`` durable now, on the calling thread, if nothing else could share the flush.
 
-        That is: inline flushing is on, no flush is in flight or scheduled, no
-        task waits and no other callback is ready to run. The caller (a lone
-        chain of steps) then skips a turn of the loop. Returns whether it flushed.
+        That is: no task waits, no other callback is ready to run and the log
+        is healthy. Inline mode then flushes on the loop's thread; pipeline
+        mode hands the flush to the log's thread (unless one in flight is on
+        its way) and blocks until it is done. The caller (a lone chain of
+        steps) skips a turn of the loop. Returns whether ``lsn`` is durable.
         """
+        log = self.log
+        if self._pipeline:
+            job = self._inflight
+            if job is not None and job.done:
+                self._finish_inflight(job)  # its thread finished: no need to wait for the loop to hear
+                if log.durable(shard) >= lsn:
+                    return True
         if (
-            not self._inline
-            or self._closed
-            or self._inflight is not None
-            or self._start_scheduled
+            self._closed
             or self._waiters
-            or self.log.failed is not None
-            or not self.log.has_pending()
+            or log.failed is not None
+            or not (self._inline or self._pipeline)
             or not self._loop_idle()
         ):
             return False
-        self._flush_inline()
-        return True
+        if self._inline:
+            if self._inflight is not None or self._start_scheduled or not log.has_pending():
+                return False
+            self._flush_inline()
+            return log.durable(shard) >= lsn
+        while log.durable(shard) < lsn and log.failed is None:
+            job = self._inflight
+            if job is None:
+                if not log.has_pending():
+                    return False
+                self._launch()
+                job = self._inflight
+                assert job is not None
+            self._wait_job(job)
+            self.blocking_waits += 1
+            self._finish_inflight(job)
+        return log.durable(shard) >= lsn
+
+    def after_delivery(self) -> None:
+        """A run appended a delivery and its code goes on to its next gate: in pipeline mode, write meanwhile.
+
+        Only when no flush is in flight: the rest of a fan-out joins the next write.
+        """
+        if (self._pipeline and self._inflight is None and not self._closed
+                and self.log.failed is None and self.log.has_pending()):
+            self._launch()
 
     @property
     def waiters(self) -> int:
@@ -189,9 +250,15 @@ class GroupCommitter:
         return _SharedFuture(loop=self._get_loop())
 
     def _loop_idle(self) -> bool:
-        """Whether no other callback or task is ready to run (so none could join this flush)."""
-        ready = getattr(self._get_loop(), "_ready", None)
-        return ready is not None and len(ready) == 0
+        """Whether no other callback or task is ready to run (so none could join this flush).
+
+        The callbacks of flushes completed early count for nothing: at most one
+        of each is ready at a time.
+        """
+        ready = self._ready
+        if ready is None:
+            ready = self._ready = getattr(self._get_loop(), "_ready", None)
+        return ready is not None and len(ready) <= self._stale
 
     def _schedule_start(self) -> None:
         self._start_scheduled = True
@@ -228,13 +295,22 @@ class GroupCommitter:
         # Everyone waiting for the forming batch now waits for this one.
         self._inflight_fut, self._next_fut = self._next_fut, None
         done = asyncio.ensure_future(self._run_blocking(job.run), loop=self._get_loop())
-        done.add_done_callback(self._job_done)
+        done.add_done_callback(functools.partial(self._job_done, job))
 
-    def _job_done(self, done: asyncio.Future[None]) -> None:
-        job = self._inflight
-        assert job is not None
+    def _job_done(self, job: FlushJob, done: asyncio.Future[None]) -> None:
         if not done.cancelled():
             done.exception()  # job.run never raises; retrieve anything the runner itself raised
+        if self._inflight is not job:
+            self._stale -= 1  # completed already, without waiting for this callback
+            assert self._stale >= 0
+            return
+        self._finish_inflight(job, early=False)
+
+    def _finish_inflight(self, job: FlushJob, early: bool = True) -> None:
+        """Completes the flush in flight: from its runner's callback, or ``early``, as soon as its thread finished."""
+        assert self._inflight is job
+        if early:
+            self._stale += 1
         if not job.done:
             job.wait()  # the runner gave up on it: finish it here rather than lose it
         self._inflight = None

@@ -176,10 +176,16 @@ def test_fusee_workloads_quick(tmp_path: Path) -> None:
                    "--fanout", "20", "--starts", "10", "--signals", "10", "--timers", "5",
                    "--scale", "200", "--recovery-runs", "30", "--park-wait", "0",
                    "--list-runs", "10100", "--list-repeats", "5", "--chunks", "200",
+                       "--wakes", "20", "--soak-s", "1",
                    scratch=tmp_path, timeout=240)
     by_name = {r["workload"]: r for r in results}
     assert set(by_name) == {"chain", "fanout", "start", "signals", "timers", "scale",
-                            "recovery", "list", "stream"}
+                            "recovery", "list", "stream", "users", "wakes", "soak"}
+    assert by_name["wakes"]["count"] == 20 and by_name["wakes"]["parked_before"] == 20
+    assert by_name["soak"]["rounds"] >= 1
+    users = by_name["users"]
+    assert users["steps"] == 30 and users["n"] == 29 and users["fanout_workflows"] == 20
+    assert users["sync_inline"] + users["sync_pooled"] == 30 + 20 * 10
     assert by_name["stream"]["count"] == 200 and by_name["stream"]["n"] == 200
     assert by_name["chain"]["steps"] == 30 and by_name["chain"]["n"] == 29
     assert by_name["fanout"]["workflows"] == 20

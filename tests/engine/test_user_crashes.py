@@ -11,6 +11,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 APP = Path(__file__).with_name("user_app.py")
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -68,6 +70,34 @@ def test_blocking_steps_do_not_starve_the_flush(tmp_path: Path) -> None:
     assert len(runs) == 2000
     rerun = sorted(k for k in finished_early if runs[k] > 1)
     assert not rerun, f"{len(rerun)} of {len(finished_early)} steps finished long before the crash ran again"
+
+
+@pytest.mark.parametrize("flush", ["inline", "pipeline", "background"])
+def test_cheap_sync_steps_inline_survive_sigkill_in_every_flush_mode(tmp_path: Path, flush: str) -> None:
+    """A chain of cheap lambdas (run on the loop's thread once measured) killed mid-way:
+    after reopening, no step whose successor had begun runs again, and the sum is right."""
+    p = start(tmp_path, "chain", FUSEE_FLUSH=flush)
+    wait_for(lambda: len(ledger(tmp_path)) >= 3000, p)
+    p.send_signal(signal.SIGKILL)
+    p.communicate(timeout=60)
+    first_life = [int(line.split()[1]) for line in ledger(tmp_path)]
+    assert first_life == list(range(len(first_life))), "a chain runs its steps in order, once"
+    assert len(first_life) < 20_000, "the run finished before the kill: make it longer"
+
+    out = finish(start(tmp_path, "chain", FUSEE_FLUSH=flush), timeout=300)
+    assert out[-1]["result"] == sum(range(20_000))
+    stats = out[-1]["stats"]
+    # Measured cheap: mostly on the loop's thread (a loaded machine makes some probes look slow).
+    assert stats["sync_inline"] > 1000, stats
+    if flush == "pipeline":
+        assert stats["flush_waits"] > 0, stats
+    runs = [int(line.split()[1]) for line in ledger(tmp_path)]
+    again = len(runs) - 20_000
+    # A step begins only once its predecessor's result is durable: only the last
+    # step of the first life (its result perhaps not durable) may run twice.
+    assert 0 <= again <= 1, f"{again} steps ran twice"
+    if again:
+        assert runs[len(first_life)] == first_life[-1]
 
 
 def test_cancel_then_crash_never_restarts_the_covered_step(tmp_path: Path) -> None:

@@ -41,3 +41,38 @@ def test_a_closed_queue_dispatches_nothing() -> None:
         assert seen == []
 
     asyncio.run(main())
+
+
+def test_a_mass_wake_comes_in_batches_with_the_loop_turning_between() -> None:
+    """10,000 entries due at once: the loop runs other callbacks (a flush starting, an
+    acknowledgement) between batches instead of after all of them."""
+    from fusee.runtime.timers import BATCH
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        order: list[str] = []
+        q = TimerQueue(loop, lambda: 100, lambda *a: order.append("wake"))
+        for i in range(10_000):
+            q.push(50, FIRE, f"w{i}", 1)
+
+        def other() -> None:
+            order.append("other")
+
+        # A callback made ready by the first batch (as a flush's start would be).
+        first = True
+
+        def dispatch(*a: object) -> None:
+            nonlocal first
+            order.append("wake")
+            if first:
+                first = False
+                loop.call_soon(other)
+
+        q._dispatch = dispatch
+        while len(order) < 10_001:
+            await asyncio.sleep(0)
+        assert order.index("other") == BATCH  # right after the first batch
+        assert len(q) == 0
+        q.close()
+
+    asyncio.run(main())

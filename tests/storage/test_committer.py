@@ -218,3 +218,102 @@ def test_close_flushes_what_is_pending(disk: tuple[Storage, str]) -> None:
 
     asyncio.run(main())
     log.close()
+
+
+# --- flush modes (``Engine.open(flush=...)``) ------------------------------------------
+
+
+def test_pipeline_writes_on_the_log_thread_and_a_lone_gate_blocks_for_it(disk: tuple[Storage, str]) -> None:
+    """Pipeline: a delivery hands its record to the log's thread at once; a lone chain's
+    gate then waits for that flush by blocking, never flushing on the loop's thread."""
+    storage, path = disk
+    log = open_log(storage, path)
+
+    async def main() -> GroupCommitter:
+        c = GroupCommitter(log, mode="pipeline")
+        for i in range(30):
+            lsn = c.append(0, b"result %d" % i)
+            c.after_delivery()  # the code goes on to its next gate meanwhile
+            assert c.durable(0) < lsn or c.flushes > i  # handed over, not written here
+            assert c.flush_if_alone(0, lsn)
+            assert c.durable(0) >= lsn
+        await c.close()
+        return c
+
+    c = asyncio.run(main())
+    assert c.inline_flushes == 0
+    assert c.flushes == 30 and c.blocking_waits <= 30  # none when the thread was done first
+
+
+def test_pipeline_gate_behind_a_later_record_takes_two_flushes(disk: tuple[Storage, str]) -> None:
+    """A record appended after the handed-over flush began follows in the next one."""
+    storage, path = disk
+    log = open_log(storage, path)
+
+    async def main() -> GroupCommitter:
+        c = GroupCommitter(log, mode="pipeline")
+        c.append(1, b"delivery")
+        c.after_delivery()
+        later = c.append(1, b"now() value")
+        assert c.flush_if_alone(1, later)
+        assert c.durable(1) == later
+        await c.close()
+        return c
+
+    c = asyncio.run(main())
+    assert c.flushes == 2
+
+
+def test_background_never_flushes_or_blocks_on_the_loop(disk: tuple[Storage, str]) -> None:
+    storage, path = disk
+    log = open_log(storage, path)
+
+    async def main() -> GroupCommitter:
+        c = GroupCommitter(log, mode="background")
+        for i in range(10):
+            lsn = c.append(2, b"x%d" % i)
+            assert not c.flush_if_alone(2, lsn)
+            await c.wait_durable(2, lsn)
+        await c.close()
+        return c
+
+    c = asyncio.run(main())
+    assert c.inline_flushes == 0 and c.blocking_waits == 0 and c.flushes == 10
+
+
+def test_hand_off_starts_what_is_pending_and_reaps_a_finished_flush(disk: tuple[Storage, str]) -> None:
+    """Before the loop's thread is lent to a step function, what is pending goes to the disk;
+    a flush whose thread already finished is completed first, so the next one can start."""
+    storage, path = disk
+    log = open_log(storage, path)
+
+    async def main() -> None:
+        c = GroupCommitter(log, mode="background")
+        a = c.append(0, b"a")
+        c.hand_off()
+        job = c._inflight
+        assert job is not None
+        job.wait()  # its thread finished; the loop has not heard yet
+        b = c.append(0, b"b")
+        c.hand_off()  # reaps the finished flush and starts the next
+        assert c.durable(0) >= a
+        assert c._inflight is not None and c._inflight is not job
+        await c.wait_durable(0, b)
+        await c.close()
+
+    asyncio.run(main())
+
+
+def test_flush_mode_from_the_environment_overrides_the_argument(monkeypatch: pytest.MonkeyPatch) -> None:
+    from fusee.storage import flush_modes
+
+    monkeypatch.delenv("FUSEE_FLUSH", raising=False)
+    assert flush_modes.resolve(None) == flush_modes.DEFAULT
+    assert flush_modes.resolve("pipeline") == "pipeline"
+    with pytest.raises(ValueError, match="flush must be one of"):
+        flush_modes.resolve("fast")
+    monkeypatch.setenv("FUSEE_FLUSH", "Background")
+    assert flush_modes.resolve("inline") == "background"
+    monkeypatch.setenv("FUSEE_FLUSH", "sometimes")
+    with pytest.raises(ValueError, match="FUSEE_FLUSH='sometimes'"):
+        flush_modes.resolve(None)
