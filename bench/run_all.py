@@ -71,6 +71,8 @@ FLUSH_MODES = ["inline", "pipeline", "background"]
 FLUSH_WORKLOADS = ["chain", "fanout", "users"]
 #: Workloads of ``workloads_keyed.py`` (keyed objects and step limits, issue 12).
 KEYED_WORKLOADS = ["objects", "limits"]
+#: Flow control workloads (issue 12), run by ``workloads_flow.py``.
+FLOW_WORKLOADS = ["schedules", "enqueue"]
 
 
 def log(message: str) -> None:
@@ -316,6 +318,9 @@ ROWS: list[tuple[str, str, str, str, bool]] = [
      "us", False),
     ("telemetry", "off_cpu_us_per_step", "fan-out CPU per step, telemetry off", "us", False),
     ("telemetry", "on_cpu_us_per_step", "fan-out CPU per step, OpenTelemetry SDK on", "us", False),
+    ("schedules", "lateness_p50_us", "1,000 schedules of 1 s: fire lateness p50", "us", False),
+    ("schedules", "lateness_p99_us", "1,000 schedules of 1 s: fire lateness p99", "us", False),
+    ("enqueue", "events_per_s", "enqueue into 1,000 keys (100 ms debounce): events/s", "n", True),
 ]
 
 
@@ -595,6 +600,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="DBOS workloads to run (comma-separated)")
     parser.add_argument("--restate", default=",".join(RESTATE_WORKLOADS),
                         help="Restate workloads to run (comma-separated)")
+    parser.add_argument("--flow", default=",".join(FLOW_WORKLOADS),
+                        help="flow control workloads to run (comma-separated)")
+    parser.add_argument("--schedule-seconds", type=float, default=None,
+                        help="how long the 1,000 schedules fire (default 60 s, 5 s with --quick)")
     parser.add_argument("--out", type=Path, default=common.RESULTS_DIR)
     parser.add_argument("--timeout", type=float, default=1800,
                         help="seconds before one workload script is abandoned")
@@ -664,6 +673,12 @@ def _run_everything(args: argparse.Namespace, session: Path, size_flags: list[st
     # Telemetry's cost: CPU per step off (vs the code before its hooks) and on.
     collect("fusee", run_script([sys.executable, str(here / "telemetry_cost.py"), "--json", *quick],
                                 "fusee telemetry", args.timeout), "telemetry")
+
+    seconds = [] if args.schedule_seconds is None else ["--schedule-seconds", str(args.schedule_seconds)]
+    for workload in [w for w in args.flow.split(",") if w]:
+        collect("fusee", run_script(
+            [sys.executable, str(here / "workloads_flow.py"), workload, *quick, *seconds],
+            f"fusee {workload}", args.timeout), workload)
 
     have_dbos = not args.no_dbos and ensure_dbos_venv()
     dbos_cmd = [str(DBOS_PY), str(here / "workloads_dbos.py"), "--workloads", args.dbos,

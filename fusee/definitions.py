@@ -122,6 +122,9 @@ class WorkflowDef(Generic[T, R_co]):
     input_type: Any
     result_type: Any
     takes_input: bool
+    #: A ``fusee.Debounce`` or ``fusee.Batch`` rule: the workflow runs on windows of
+    #: events given to ``engine.enqueue`` (None: an ordinary workflow).
+    window: Any = None
 
     def __call__(self, *args: object, **kwargs: object) -> typing.NoReturn:
         raise TypeError(
@@ -144,15 +147,30 @@ class _WorkflowDecorator(typing.Protocol):
     def __call__(self, fn: Callable[[Ctx, In], Awaitable[Out]]) -> WorkflowDef[In, Out]: ...
 
 
-def workflow(name: str | None = None, *, version: int = 1) -> _WorkflowDecorator:
+def workflow(
+    name: str | None = None, *, version: int = 1, debounce: Any = None, batch: Any = None
+) -> _WorkflowDecorator:
     """Declares an ``async def`` as a durable workflow.
 
     The function takes a :class:`fusee.Ctx` and at most one input; its
     annotations type the input and the result (JSON types, dataclasses,
     TypedDicts, msgspec Structs, pydantic models).
+
+    ``debounce=fusee.Debounce(...)`` or ``batch=fusee.Batch(...)`` makes it a
+    window workflow: its input is the ``list`` of events that
+    ``engine.enqueue`` gathered for one key (see docs/flow.md).
     """
     if callable(name) and not isinstance(name, str):
         raise TypeError("use @fusee.workflow(\"name\") with a name, not bare @fusee.workflow")
+    from fusee.flow.rules import Batch, Debounce
+
+    if debounce is not None and batch is not None:
+        raise TypeError("a workflow takes debounce= or batch=, not both")
+    if debounce is not None and not isinstance(debounce, Debounce):
+        raise TypeError(f"debounce= takes a fusee.Debounce(...), got {debounce!r}")
+    if batch is not None and not isinstance(batch, Batch):
+        raise TypeError(f"batch= takes a fusee.Batch(...), got {batch!r}")
+    window = debounce if debounce is not None else batch
 
     def wrap(fn: Callable[..., Awaitable[Any]]) -> WorkflowDef[Any, Any]:
         if not inspect.iscoroutinefunction(fn):
@@ -176,7 +194,12 @@ def workflow(name: str | None = None, *, version: int = 1) -> _WorkflowDecorator
         else:
             input_type = type(None)
         result_type = _annotation(wname, fn, hints, "return", inspect.signature(fn).return_annotation)
-        return WorkflowDef(wname, fn, version, input_type, result_type, len(params) == 2)
+        if window is not None and (len(params) != 2 or ":" in wname):
+            raise TypeError(
+                f"window workflow {wname!r} must take (ctx, events: list[Event]) and have a name "
+                "without ':' (its window run IDs are '<name>:<key>#<n>')"
+            )
+        return WorkflowDef(wname, fn, version, input_type, result_type, len(params) == 2, window)
 
     return wrap
 

@@ -454,3 +454,19 @@ class ApiError(FuseeError):
 class ReadOnlyTarget(FuseeError):
     """A command that changes runs was pointed at a directory: a directory is read offline and
     read-only. Point the command at the running application instead (``--url http://...``)."""
+class InvalidSchedule(FuseeError, ValueError):
+    """A schedule's spec is wrong (no or two of every/cron, a bad cron expression or timezone,
+    an unknown overlap policy): nothing was recorded."""
+
+
+class ScheduleExists(AlreadyExists):
+    """A schedule with this ID exists with another spec: delete it first to replace it
+    (scheduling the same ID with the same spec again is a no-op)."""
+
+
+class ScheduleNotFound(NotFound):
+    """No schedule with this ID exists (it was never made, or it was deleted)."""
+
+
+class NotWindowed(FuseeError, TypeError):
+    """``engine.enqueue`` was given a workflow declared without ``debounce=`` or ``batch=``."""

@@ -56,6 +56,11 @@ class Sabotage:
     #: A read-only open takes the directory's lock (shared), as inspections once did:
     #: a live engine's lock then refuses the operator's read.
     read_only_locks: bool = False
+    #: A schedule starts its runs under IDs with a random suffix instead of ``{id}@{time}``
+    #: (a backfill or trigger of a time that fired starts it again).
+    schedule_random_id: bool = False
+    #: A window coordinator drops its open window's newest event when it continues as new.
+    window_drops_on_continue: bool = False
 
 
 #: The switches in force. Engine code reads them; only tests write them.

@@ -40,6 +40,8 @@ from fusee.errors import (
     StorageError,
     WrongEventLoop,
 )
+from fusee.flow.api import BUILTINS as FLOW_BUILTINS
+from fusee.flow.api import FlowAPI
 from fusee.limits import Limit
 from fusee.objects import ObjectDef
 from fusee.retry import Retry
@@ -175,7 +177,7 @@ class _Opening:
             await self._engine.close()
 
 
-class Engine(ObjectCalls, LimitCalls):
+class Engine(ObjectCalls, LimitCalls, FlowAPI):
     """An engine on one directory. Open it with :meth:`Engine.open`."""
 
     _env: Env
@@ -338,6 +340,8 @@ class Engine(ObjectCalls, LimitCalls):
                 )
             registry[key] = w
         codec = check_codec(codec)
+        for w in FLOW_BUILTINS:  # schedules and windows are workflows of every engine
+            registry[(w.name, w.version)] = w
         if not isinstance(checkpoint_every, int) or checkpoint_every < 1:
             raise ValueError(f"checkpoint_every must be a positive int, got {checkpoint_every!r}")
         interval = periodic.check_interval(checkpoint_interval)

@@ -283,7 +283,7 @@ class Runtime:
         if found is None:
             raise UnknownWorkflow(
                 f"no workflow named {name!r} is registered with this engine "
-                f"(registered: {', '.join(sorted(self.workflows)) or 'none'}); "
+                f"(registered: {', '.join(sorted(n for n in self.workflows if not n.startswith('fusee:'))) or 'none'}); "
                 "pass it in Engine.open(..., workflows=[...])"
             )
         return found
@@ -588,6 +588,10 @@ class Runtime:
                 and self._reset_from(ref, st.parent.run):
             st.parent = ref  # the parent was reset (or continued) past this child's start: it adopts it
         if st.parent != ref:
+            if detached:
+                # Its parent waits for nothing: waking it (a parked parent replays) would
+                # resend this start at every wake, forever.
+                return
             err = codec.encode_error(
                 AlreadyExists(f"child workflow id '{child.id}' is in use by another workflow")
             )

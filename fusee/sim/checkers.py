@@ -89,6 +89,8 @@ class Snapshot:
     runs: dict[str, RunView] = dataclasses.field(default_factory=dict)
     #: Runs stopped by a determinism error: workflow ID -> message.
     stuck: dict[str, str] = dataclasses.field(default_factory=dict)
+    #: Final states of deleted schedules (schedule ID -> the schedule run's result).
+    schedules: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass
@@ -712,3 +714,72 @@ def check_live_read(durable: list[int], seen: list[int] | None, refused: str | N
                 problems.append(f"a read-only inspection of the live directory read shard {shard} up to "
                                 f"record {s}, but the engine had made records up to {d} durable")
     return problems
+# --- schedules and windows (issue 12) -----------------------------------------
+
+
+def check_schedule_fires(flow: Any, finals: dict[str, dict[str, Any]], *, final: bool) -> list[str]:
+    """A scheduled time fires at most once and, within the catch-up window, exactly once.
+
+    At most once: every scheduled run ID ran in one run only, and no two
+    run IDs name one scheduled time. Exactly once (once the schedule is
+    deleted and its runs ended): every time on the schedule's grid between
+    its first time and the next it had not taken either fired or is among
+    the times it counted as skipped (overlap policy, catch-up window, pause)
+    or still buffered.
+    """
+    from fusee.sim.flowjobs import fired_time
+
+    out: list[str] = []
+    by_time: dict[tuple[str, int], set[str]] = {}
+    for wid, runs in sorted(flow.ticks.items()):
+        if len(runs) > 1:
+            out.append(f"scheduled workflow {wid} was started as runs {sorted(runs)}: one scheduled time fired twice")
+    # Started runs: those whose step ran, and those the engine holds (a run
+    # cancelled by the next time's cancel_other may end before its first step).
+    for wid in sorted(set(flow.ticks) | set(flow.started)):
+        at = fired_time(wid)
+        if at is None:
+            out.append(f"scheduled run {wid} does not name its schedule and time as {{id}}@{{ISO time}}")
+            continue
+        by_time.setdefault(at, set()).add(wid)
+    for (sid, t), wids in sorted(by_time.items()):
+        if len(wids) > 1:
+            out.append(f"schedule {sid} fired its time {t} as {sorted(wids)}: one scheduled time fired twice")
+    if not final:
+        return out
+    for sid, s in sorted(finals.items()):
+        every = s["spec"]["every_ms"]
+        first, nxt = s["first_ms"], s["next_ms"]
+        if every is None or first is None:
+            continue
+        grid = set(range(first, nxt, every))
+        fired = {t for (fsid, t) in by_time if fsid == sid}
+        missing = len(grid - fired)
+        counted = s["skipped_overlap"] + s["skipped_catchup"] + s.get("skipped_paused", 0) + len(s["buffered"])
+        if missing > counted:
+            out.append(
+                f"schedule {sid}: {missing} of its {len(grid)} scheduled times neither fired nor were counted "
+                f"as skipped ({counted} counted: {s['skipped_overlap']} overlap, {s['skipped_catchup']} "
+                f"catch-up, {s.get('skipped_paused', 0)} paused, {len(s['buffered'])} buffered)"
+            )
+    return out
+
+
+def check_windows(flow: Any, *, final: bool) -> list[str]:
+    """Every acknowledged event is in exactly one window, where its receipt says; windows of a key in order."""
+    out: list[str] = list(flow.violations)
+    for key, order in sorted(flow.order.items()):
+        if order != sorted(order) or len(set(order)) != len(order):
+            out.append(f"the windows of key {key} ran in the order {order}: windows of one key run in order")
+    if not final:
+        return out
+    where: dict[str, list[tuple[str, int]]] = {}
+    for wid, events in flow.windows.items():
+        for pos, ev in enumerate(events):
+            where.setdefault(str(ev["id"]), []).append((wid, pos))
+    for eid, receipt in sorted(flow.receipts.items()):
+        found = where.get(eid, [])
+        if found != [receipt]:
+            out.append(f"acknowledged event {eid} with receipt {receipt} is in windows at {found}: "
+                       "every acknowledged event lands in exactly one window, where its receipt says")
+    return out

@@ -119,8 +119,43 @@ class ObjectCall:
         return f"call {self.handler.name} {self.key} ({self.call_id})"
 
 
+@dataclasses.dataclass(frozen=True)
+class ScheduleAction:
+    """Make schedule ``id`` of the flow jobs' ``tick`` (see ``fusee.sim.flowjobs``)."""
 
-Action = Start | Signal | Cancel | Terminate | Update | Query | Complete | Reset | ObjectCall
+    id: str
+    every_ms: int
+    overlap: str
+    catchup_ms: int
+    jitter_ms: int
+    #: How long each scheduled run works (it may overlap the next time).
+    work_ms: int
+
+
+@dataclasses.dataclass(frozen=True)
+class ScheduleControl:
+    """``pause``, ``unpause``, ``trigger``, ``backfill`` (the last ``span_ms``) or ``delete`` schedule ``id``."""
+
+    id: str
+    op: str
+    span_ms: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class Enqueue:
+    """``engine.enqueue(workflow, key, event, event_id=event_id)``, resent with the same event ID."""
+
+    workflow: str
+    key: str
+    event: Any
+    event_id: str
+
+
+#: The flow requests (issue 12): the world hands them to ``fusee.sim.flowjobs``.
+FLOW_ACTIONS = (ScheduleAction, ScheduleControl, Enqueue)
+
+Action = (Start | Signal | Cancel | Terminate | Update | Query | Complete | Reset | ObjectCall
+          | ScheduleAction | ScheduleControl | Enqueue)
 
 
 @dataclasses.dataclass
@@ -154,3 +189,5 @@ class Plan:
     keyed_checks: list[Callable[[], list[str]]] = dataclasses.field(default_factory=list)
     #: Called with each life's engine and life number once it opened.
     on_engine_open: list[Callable[[Any, int], None]] = dataclasses.field(default_factory=list)
+    #: The flow jobs' observer (``fusee.sim.flowjobs.FlowObserver``), if the plan has flow jobs.
+    flow: Any = None

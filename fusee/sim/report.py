@@ -79,6 +79,13 @@ class Report:
     #: Keyed object calls answered, and steps that ran under a step limit.
     object_calls: int = 0
     limited_steps: int = 0
+    #: Scheduled runs that ran, and scheduled times a schedule skipped and counted
+    #: (overlap, catch-up window, pause).
+    scheduled: int = 0
+    schedule_skips: int = 0
+    #: Enqueued events acknowledged (distinct event IDs), and the window runs that took them.
+    events_queued: int = 0
+    windows_run: int = 0
     sim_ms: int = 0
 
     def line(self) -> str:
@@ -128,6 +135,10 @@ COVERAGE = (
     "key_rotations",
     "object_calls",
     "limited_steps",
+    "scheduled",
+    "schedule_skips",
+    "events_queued",
+    "windows_run",
 )
 
 

@@ -14,7 +14,7 @@ import random
 from typing import Any
 
 import fusee
-from fusee.sim import keyed
+from fusee.sim import flowjobs, keyed
 from fusee.sim.config import SimConfig
 from fusee.sim.plan import Cancel, Complete, Plan, Query, Reset, Signal, Start, Terminate, Update
 from fusee.sim.service import Service, TransientError, stable_hash
@@ -336,6 +336,7 @@ def build(cfg: SimConfig) -> Plan:
         plan.actions.append((t, Start(wid, talker, n, "talker")))
         streams.plan(wid, n, t)
     keyed.add_jobs(cfg, plan)
+    flowjobs.add(cfg, plan)
     return plan
 
 

@@ -25,12 +25,13 @@ import fusee
 from fusee import errors
 from fusee.core import records as rec
 from fusee.runtime.table import dedup_key
-from fusee.sim import checkers, workload
+from fusee.sim import checkers, flowjobs, workload
 from fusee.sim.checkers import Observed, Outcome, RunView, Snapshot
 from fusee.sim.config import SimConfig
 from fusee.sim.env import SimEnv
 from fusee.sim.loop import SimDeadlock, SimLoop
 from fusee.sim.plan import (
+    FLOW_ACTIONS,
     Action,
     Cancel,
     Complete,
@@ -562,7 +563,11 @@ class World:
         if self.acked[ix]:
             return
         action = self.actions[ix]
-        if not isinstance(action, Start | ObjectCall) and action.id not in self.obs.starts:
+        if isinstance(action, FLOW_ACTIONS):
+            if not flowjobs.ready(self, action):
+                self._schedule_action(ix, self.loop.now + 0.005)
+                return
+        elif not isinstance(action, Start | ObjectCall) and action.id not in self.obs.starts:
             # The client only talks to workflows whose start it saw acknowledged.
             self._schedule_action(ix, self.loop.now + 0.005)
             return
@@ -576,7 +581,7 @@ class World:
         try:
             try:
                 if self.tracing is not None:
-                    with self.tracing.caller(action.id):
+                    with self.tracing.caller(getattr(action, "id", "")):
                         answer = await self._request(engine, action)
                 else:
                     answer = await self._request(engine, action)
@@ -616,7 +621,7 @@ class World:
                 return
         if life != self.life:
             return
-        if during_close and answer != ("late", None):  # "late": the client's own answer, never sent
+        if during_close:
             self._fail_later(f"{_describe(action)} sent during a close was answered {answer!r}: "
                              "expected EngineClosed")
             return
@@ -655,6 +660,8 @@ class World:
     async def _request(self, engine: Any, action: Action) -> tuple[str, Any]:
         if isinstance(action, ObjectCall):
             return ("ok", await action.request(engine))
+        if isinstance(action, FLOW_ACTIONS):
+            return await flowjobs.request(self, engine, action)
         if isinstance(action, Start):
             wf = self._resolve(action.workflow)
             # A start sent again after a crash attaches to the run it made.
@@ -712,6 +719,7 @@ class World:
         while busy in self.resetting:
             await asyncio.sleep(0.001)
         if action.id in self.obs.results:
+            engine._check_open()  # during a close the engine refuses, as it would the reset itself
             return ("late", None)  # it finished: a reset would run it again
         self.resetting.add(busy)
         try:
@@ -742,6 +750,9 @@ class World:
     def _observe(self, action: Action, answer: tuple[str, Any]) -> None:
         status, value = answer
         self.log(f"{_describe(action)}: {status} {value!r}")
+        if isinstance(action, FLOW_ACTIONS):
+            flowjobs.observe(self, action, answer)
+            return
         if isinstance(action, Start):
             self.obs.start_acked(action.id, action.kind)
             self._watch(action.id)
@@ -785,6 +796,8 @@ class World:
             except errors.NotFound:
                 snap.runs[wid] = RunView(wid, None)
         snap.stuck = dict(engine.stuck())
+        if self.plan.flow is not None:
+            snap.schedules = await flowjobs.final_states(engine, self.plan.flow)
         return snap
 
     def _check(self, *, final: bool, extra: Any = None) -> None:
@@ -803,6 +816,9 @@ class World:
             problems += extra(snap)
         for check in self.plan.checks:
             problems += check(self, snap, final)
+        if self.plan.flow is not None:
+            problems += checkers.check_schedule_fires(self.plan.flow, snap.schedules, final=final)
+            problems += checkers.check_windows(self.plan.flow, final=final)
         svc = self.svc
         if svc is not None:
             problems += checkers.check_cancel_gate(svc.effects, self.obs.cancels, svc.cancels_seen)
@@ -819,7 +835,7 @@ class World:
             raise self.fail(problems[0])
 
     def _all_done(self) -> bool:
-        if not all(self.acked) or self.plan.unfinished():
+        if not all(self.acked) or self.plan.unfinished() or not flowjobs.settled(self):
             return False
         for wid in self.obs.starts:
             if wid not in self.obs.results:
@@ -1020,6 +1036,8 @@ def _describe(action: Action) -> str:
         return f"{'fail' if action.fail else 'complete'} {action.id} with {action.value!r}"
     if isinstance(action, Reset):
         return f"reset {action.id} before {action.before_step!r}"
+    if isinstance(action, FLOW_ACTIONS):
+        return repr(action)
     return f"query {action.query.name} of {action.id}"
 
 
