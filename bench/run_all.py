@@ -1,13 +1,18 @@
-"""Runs every benchmark, Fusee and DBOS side by side, and writes the report.
+"""Runs every benchmark, Fusee, DBOS and Restate side by side, and writes the report.
 
-    .venv/bin/python bench/run_all.py [--quick] [--no-dbos] [--no-postgres] [sizes...]
+    .venv/bin/python bench/run_all.py [--quick] [--no-dbos] [--no-postgres] [--no-restate]
+                                      [sizes...]
 
 1. the floor of the disk (``floor.py``);
 2. each Fusee workload in a fresh process (``workloads_fusee.py``);
 3. DBOS Transact on SQLite and, when a PostgreSQL installation is found, on a
    throwaway local cluster (``workloads_dbos.py`` inside ``bench/.venv-dbos``,
    which this script creates with ``pip install dbos matplotlib``);
-4. a markdown table with the fusee/DBOS ratios and the issue's targets,
+4. Restate: the ``@restatedev/restate-server`` npm package installed into
+   ``bench/.restate`` (``npm install --prefix``, never globally) and the
+   ``restate-sdk`` Python SDK in ``bench/.venv-restate``; ``workloads_restate.py``
+   starts the server and the service, runs the workloads and stops them;
+5. a markdown table with the fusee/DBOS/Restate ratios and the issue's targets,
    written to ``bench/results/latest.md`` (``latest.json`` too), and a plot of
    the step latency distributions in ``bench/results/step_latency.png``.
 
@@ -53,6 +58,14 @@ FUSEE_OPTIONS: dict[str, list[str]] = {
     "list": ["--engine-opt=park_after=1"],
 }
 DBOS_WORKLOADS = ["chain", "fanout", "start", "signals", "timers"]
+RESTATE_DIR = common.BENCH_DIR / ".restate"
+RESTATE_VENV = common.BENCH_DIR / ".venv-restate"
+RESTATE_PY = RESTATE_VENV / "bin" / "python"
+RESTATE_WORKLOADS = ["chain", "fanout", "start", "signals", "timers"]
+#: The npm package of the server and the Python packages of the service side.
+RESTATE_NPM_PACKAGE = "@restatedev/restate-server"
+#: (matplotlib too, so that the plot can be drawn without the DBOS environment.)
+RESTATE_PIP_PACKAGES = ["restate-sdk[client]", "hypercorn", "matplotlib"]
 #: The flush modes measured beside the default (``Engine.open(flush=...)``), on these workloads.
 FLUSH_MODES = ["inline", "pipeline", "background"]
 FLUSH_WORKLOADS = ["chain", "fanout", "users"]
@@ -106,6 +119,53 @@ def ensure_dbos_venv() -> bool:
             return False
     # Keep the environment out of git and linters, as Python >= 3.13 venvs do.
     (DBOS_VENV / ".gitignore").write_text("*\n")
+    return subprocess.run(probe, capture_output=True).returncode == 0
+
+
+def ensure_restate() -> bool:
+    """Installs restate-server into ``bench/.restate`` and the SDK into ``bench/.venv-restate``.
+
+    Reuses both when they already work. False (with the reason logged) when npm
+    is missing or an install fails: Restate's columns then stay empty.
+    """
+    binaries = sorted(RESTATE_DIR.glob("node_modules/@restatedev/restate-server-*/bin/"
+                                       "restate-server"))
+    if not binaries:
+        npm = shutil.which("npm")
+        if npm is None:
+            log("Restate: npm not found; skipping Restate (install Node.js and npm to add it)")
+            return False
+        log(f"installing {RESTATE_NPM_PACKAGE} into bench/.restate (npm install --prefix)")
+        RESTATE_DIR.mkdir(parents=True, exist_ok=True)
+        # Keep the install out of git and linters, as the venvs do.
+        (RESTATE_DIR / ".gitignore").write_text("*\n")
+        # --ignore-scripts: the server binary comes in a platform package and needs
+        # no install script (the only one in the tree is an analytics ping).
+        cmd = [npm, "install", "--prefix", str(RESTATE_DIR), "--no-audit", "--no-fund",
+               "--ignore-scripts", "--loglevel=error", RESTATE_NPM_PACKAGE]
+        if subprocess.run(cmd).returncode != 0:
+            log(f"Restate: could not install the server ({' '.join(cmd[1:])}); skipping Restate")
+            return False
+        binaries = sorted(RESTATE_DIR.glob("node_modules/@restatedev/restate-server-*/bin/"
+                                           "restate-server"))
+        if not binaries:
+            log("Restate: the npm package brought no server binary for this platform; "
+                "skipping Restate")
+            return False
+    probe = [str(RESTATE_PY), "-c", "import restate, httpx, hypercorn, matplotlib"]
+    if RESTATE_PY.exists() and subprocess.run(probe, capture_output=True).returncode == 0:
+        return True
+    log("creating bench/.venv-restate (python3 -m venv; pip install "
+        + " ".join(RESTATE_PIP_PACKAGES) + ")")
+    base = shutil.which("python3") or sys.executable
+    steps = [[base, "-m", "venv", str(RESTATE_VENV)],
+             [str(RESTATE_PY), "-m", "pip", "install", "-q", "--disable-pip-version-check",
+              *RESTATE_PIP_PACKAGES]]
+    for step in steps:
+        if subprocess.run(step).returncode != 0:
+            log(f"Restate: could not set up its environment ({' '.join(step)}); skipping Restate")
+            return False
+    (RESTATE_VENV / ".gitignore").write_text("*\n")
     return subprocess.run(probe, capture_output=True).returncode == 0
 
 
@@ -218,6 +278,8 @@ ROWS: list[tuple[str, str, str, str, bool]] = [
     ("fanout", "p50_us", "fan-out: workflow latency p50", "us", False),
     ("fanout", "p99_us", "fan-out: workflow latency p99", "us", False),
     ("fanout", "cpu_s_per_1000_steps", "fan-out: CPU s per 1,000 steps", "cpu", False),
+    ("fanout", "server_cpu_s_per_1000_steps",
+     "fan-out: server process CPU s per 1,000 steps", "cpu", False),
     ("users", "us_per_step", "as users write it: chain of sync lambdas, per step", "us", False),
     ("users", "p99_us", "as users write it: chain step latency p99", "us", False),
     ("users", "fanout_steps_per_s", "as users write it: fan-out of sync closures, steps/s", "n", True),
@@ -349,8 +411,9 @@ def _size(results: dict[str, dict[str, Any]], system: str, workload: str) -> Any
 def render(results: dict[str, dict[str, Any]], env: dict[str, str], sizes: str,
            durability: dict[str, str], plot: str | None) -> str:
     """The whole markdown report."""
-    systems = [s for s in ("dbos-sqlite", "dbos-postgres") if s in results]
-    names = {"dbos-sqlite": "DBOS (SQLite)", "dbos-postgres": "DBOS (PostgreSQL)"}
+    systems = [s for s in ("dbos-sqlite", "dbos-postgres", "restate") if s in results]
+    names = {"dbos-sqlite": "DBOS (SQLite)", "dbos-postgres": "DBOS (PostgreSQL)",
+             "restate": "Restate"}
     lines = ["# Fusee benchmarks", "",
              f"Run {time.strftime('%Y-%m-%d %H:%M %Z')}. Sizes: {sizes}.", ""]
     lines += [f"- **{k}**: {v}" for k, v in env.items()]
@@ -358,7 +421,7 @@ def render(results: dict[str, dict[str, Any]], env: dict[str, str], sizes: str,
               "in the shared log and `fdatasync`ed before it is acknowledged or acted on "
               "(group commit; engine defaults, with `async def` step functions, and `park_after=1` "
               "for the scale workload)."]
-    for system, text in durability.items():
+    for system, text in durability.items():  # DBOS's, then Restate's
         lines.append(f"- **{names.get(system, system)} durability**: {text}")
     floor = results.get("floor", {}).get("floor", {})
     if "p50_us" in floor:
@@ -379,9 +442,11 @@ def render(results: dict[str, dict[str, Any]], env: dict[str, str], sizes: str,
     header = ["measure", "fusee", *(names[s] for s in systems),
               *(f"fusee / {names[s]}" for s in systems)]
     lines += ["", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    per_step = _get(results, "fusee", "chain", "us_per_step")
     different_sizes = False
     for workload, key, label, unit, higher in ROWS:
+        if key.startswith("server_") and not any(
+                _get(results, s, workload, key) is not None for s in systems):
+            continue  # only a system with a server process of its own has this row
         fusee_value = _get(results, "fusee", workload, key)
         cells = [label, _fmt(fusee_value, unit)]
         if fusee_value is None and "error" in results.get("fusee", {}).get(workload, {}):
@@ -395,17 +460,26 @@ def render(results: dict[str, dict[str, Any]], env: dict[str, str], sizes: str,
                 different_sizes = True
             cells.append(ratio)
         lines.append("| " + " | ".join(cells) + " |")
-        if (workload, key) == ("chain", "us_per_step") and floor.get("p50_us"):
-            ratio_cells = ["chain: time per step ÷ floor p50",
-                           f"{per_step / floor['p50_us']:.2f}" if per_step else "–"]
+        floor_rows = {("chain", "us_per_step"): "chain: time per step ÷ floor p50",
+                      ("start", "p50_us"): "start latency p50 ÷ floor p50"}
+        if (workload, key) in floor_rows and floor.get("p50_us"):
+            # Each system's own ratio to the floor measured in the same run.
+            ratio_cells = [floor_rows[workload, key],
+                           f"{fusee_value / floor['p50_us']:.2f}" if fusee_value else "–"]
             for s in systems:
-                v = _get(results, s, "chain", "us_per_step")
-                ratio_cells.append(f"{v / floor['p50_us']:.1f}" if v else "–")
+                v = _get(results, s, workload, key)
+                ratio = v / floor["p50_us"] if v else None
+                ratio_cells.append("–" if ratio is None
+                                   else f"{ratio:.2f}" if ratio < 10 else f"{ratio:.1f}")
             ratio_cells += ["" for _ in systems]
             lines.append("| " + " | ".join(ratio_cells) + " |")
-    lines += ["", "Ratios are fusee ÷ DBOS; \"better\" reads the ratio the right way round "
-              "(lower latency, higher throughput). Timer figures count from the step "
+    lines += ["", "Ratios are fusee ÷ the other system; \"better\" reads the ratio the right "
+              "way round (lower latency, higher throughput). Timer figures count from the step "
               "before the sleep plus its duration, so they include one durable write."]
+    if "restate" in systems:
+        lines += ["CPU per step counts the benchmark's own process (Fusee's engine; the DBOS "
+                  "library; Restate's Python service and HTTP client); Restate's engine runs "
+                  "in the restate-server process, whose CPU is the row of its own."]
     if different_sizes:
         lines += ["† the two systems ran this workload at different sizes (see above)."]
     lines += [""]
@@ -492,7 +566,7 @@ def plot_main(results_path: Path, png_path: Path) -> int:
     samples: dict[str, list[float]] = json.loads(results_path.read_text())
     fig, ax = plt.subplots(figsize=(8, 4.5), dpi=120)
     # One colour per system whatever is missing, so plots of different runs compare.
-    colours = ["tab:gray", "tab:blue", "tab:orange", "tab:green", "tab:red"]
+    colours = ["tab:gray", "tab:blue", "tab:orange", "tab:green", "tab:purple"]
     for colour, (label, values) in zip(colours, samples.items(), strict=False):
         if not values:
             continue
@@ -502,7 +576,7 @@ def plot_main(results_path: Path, png_path: Path) -> int:
     ax.set_xscale("log")
     ax.set_xlabel("latency per sequential step (µs, log scale)")
     ax.set_ylabel("fraction of steps ≤ x")
-    ax.set_title("Sequential step latency: Fusee vs DBOS vs the disk floor")
+    ax.set_title("Sequential step latency: Fusee vs DBOS vs Restate vs the disk floor")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend()
     fig.tight_layout()
@@ -517,12 +591,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="small sizes (smoke run)")
     parser.add_argument("--no-dbos", action="store_true", help="skip DBOS entirely")
     parser.add_argument("--no-postgres", action="store_true", help="skip DBOS on PostgreSQL")
+    parser.add_argument("--no-restate", action="store_true", help="skip Restate entirely")
     parser.add_argument("--no-flush-modes", action="store_true",
                         help="skip the runs of the other flush modes")
     parser.add_argument("--fusee", default=",".join(FUSEE_WORKLOADS),
                         help="Fusee workloads to run (comma-separated)")
     parser.add_argument("--dbos", default=",".join(DBOS_WORKLOADS),
                         help="DBOS workloads to run (comma-separated)")
+    parser.add_argument("--restate", default=",".join(RESTATE_WORKLOADS),
+                        help="Restate workloads to run (comma-separated)")
     parser.add_argument("--flow", default=",".join(FLOW_WORKLOADS),
                         help="flow control workloads to run (comma-separated)")
     parser.add_argument("--schedule-seconds", type=float, default=None,
@@ -617,24 +694,35 @@ def _run_everything(args: argparse.Namespace, session: Path, size_flags: list[st
                         args.timeout * 3), "dbos")
     elif not args.no_dbos:
         log("DBOS: environment unavailable; its columns stay empty")
+    # Restate takes the same sizes as DBOS (the same five workloads).
+    have_restate = not args.no_restate and ensure_restate()
+    if have_restate:
+        collect("restate", run_script(
+            [str(RESTATE_PY), str(here / "workloads_restate.py"), "--workloads", args.restate,
+             *quick, *dbos_flags], "restate", args.timeout * 3), "restate")
+    elif not args.no_restate:
+        log("Restate: unavailable; its columns stay empty")
     # The disk again: a floor that moved during the run says the figures are noisy.
     for entry in run_script([sys.executable, str(here / "floor.py"), "--json", *quick],
                             "floor (again)", args.timeout):
         results.setdefault("floor", {})["floor_after"] = {**entry, "workload": "floor_after"}
 
     durability = {s: next((r["durability"] for r in ws.values() if "durability" in r), "")
-                  for s, ws in results.items() if s.startswith("dbos")}
+                  for s, ws in results.items() if s.startswith("dbos") or s == "restate"}
     args.out.mkdir(parents=True, exist_ok=True)
     samples = {label: results.get(s, {}).get(w, {}).get("samples_us", [])
                for label, s, w in (("floor (pwrite + fdatasync)", "floor", "floor"),
                                    ("fusee", "fusee", "chain"),
                                    ("DBOS (SQLite)", "dbos-sqlite", "chain"),
-                                   ("DBOS (PostgreSQL)", "dbos-postgres", "chain"))}
+                                   ("DBOS (PostgreSQL)", "dbos-postgres", "chain"),
+                                   ("Restate", "restate", "chain"))}
     plot_name: str | None = None
-    if have_dbos and any(samples.values()):
+    # The plot needs matplotlib, which the DBOS and Restate environments install.
+    plot_py = DBOS_PY if have_dbos else RESTATE_PY if have_restate else None
+    if plot_py is not None and any(samples.values()):
         samples_path = session / "samples.json"
         samples_path.write_text(json.dumps(samples))
-        cmd = [str(DBOS_PY), str(Path(__file__).resolve()), "--plot", str(samples_path),
+        cmd = [str(plot_py), str(Path(__file__).resolve()), "--plot", str(samples_path),
                str(args.out / PLOT_NAME)]
         if subprocess.run(cmd).returncode == 0:
             plot_name = PLOT_NAME

@@ -178,7 +178,6 @@ class _Opening:
 
 
 class Engine(ObjectCalls, LimitCalls, FlowAPI):
-
     """An engine on one directory. Open it with :meth:`Engine.open`."""
 
     _env: Env

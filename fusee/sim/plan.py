@@ -118,6 +118,7 @@ class ObjectCall:
     def describe(self) -> str:
         return f"call {self.handler.name} {self.key} ({self.call_id})"
 
+
 @dataclasses.dataclass(frozen=True)
 class ScheduleAction:
     """Make schedule ``id`` of the flow jobs' ``tick`` (see ``fusee.sim.flowjobs``)."""

@@ -35,7 +35,6 @@ from fusee.sim.plan import (
     Action,
     Cancel,
     Complete,
-    Enqueue,
     ObjectCall,
     Plan,
     Reset,
@@ -581,8 +580,8 @@ class World:
         action = self.actions[ix]
         try:
             try:
-                if self.tracing is not None and not isinstance(action, Enqueue):
-                    with self.tracing.caller(action.id):
+                if self.tracing is not None:
+                    with self.tracing.caller(getattr(action, "id", "")):
                         answer = await self._request(engine, action)
                 else:
                     answer = await self._request(engine, action)
@@ -622,7 +621,7 @@ class World:
                 return
         if life != self.life:
             return
-        if during_close and answer != ("late", None):  # "late": the client's own answer, never sent
+        if during_close:
             self._fail_later(f"{_describe(action)} sent during a close was answered {answer!r}: "
                              "expected EngineClosed")
             return
@@ -837,7 +836,6 @@ class World:
 
     def _all_done(self) -> bool:
         if not all(self.acked) or self.plan.unfinished() or not flowjobs.settled(self):
-
             return False
         for wid in self.obs.starts:
             if wid not in self.obs.results:

@@ -1,8 +1,9 @@
 """Smoke checks of the benchmark scripts: they run and report sane figures.
 
 Never timed tests: only the shape and internal consistency of results are
-checked. The DBOS side needs network and its own environment, so it is not
-run here (``make bench`` runs it).
+checked. The DBOS and Restate sides need network and their own environments,
+so they are not run here (``make bench`` runs them); the report is checked with
+their results made up.
 """
 
 from __future__ import annotations
@@ -112,6 +113,49 @@ def test_report_ratios_and_targets_read_the_right_way() -> None:
     assert "fusee / recovery: exit 1: boom" in report
     slow = {what: ok for what, _, ok in run_all.targets(_fake_results(2_000.0))}
     assert slow["fan-out: ≥ 10 × DBOS on SQLite"] is False
+
+
+def test_report_shows_restate_beside_dbos_with_each_ratio_to_the_floor() -> None:
+    results = _fake_results(30_000.0)
+    results["restate"] = {
+        "chain": {"us_per_step": 130.0, "p50_us": 125.0, "p99_us": 400.0},
+        "fanout": {"steps_per_s": 1_500.0, "cpu_s_per_1000_steps": 0.4,
+                   "server_cpu_s_per_1000_steps": 0.5},
+        "start": {"p50_us": 1_000.0, "count": 500},
+    }
+    report = run_all.render(results, {"cpu": "test"}, "quick",
+                            {"dbos-sqlite": "synchronous=FULL",
+                             "restate": "log-server WAL fdatasynced"}, None)
+    assert ("| measure | fusee | DBOS (SQLite) | Restate | fusee / DBOS (SQLite) "
+            "| fusee / Restate |") in report
+    assert "- **Restate durability**: log-server WAL fdatasynced" in report
+    # 120 µs vs 130 µs: 0.923, i.e. 1.08 times better.
+    assert ("| chain: time per step | 120 µs | 2,400 µs | 130 µs | 0.05 (20× better) "
+            "| 0.923 (1.08× better) |") in report
+    # Each system's own ratio to the same run's floor (p50 100 µs).
+    assert "| chain: time per step ÷ floor p50 | 1.20 | 24.0 | 1.30 |" in report
+    assert "| start latency p50 ÷ floor p50 | 2.50 | 50.0 | 10.0 |" in report
+    assert ("| fan-out: durable steps/s | 30,000 | 250 | 1,500 | 120 (120× better) "
+            "| 20 (20× better) |") in report
+    # Restate's engine runs in its server: that CPU has a row of its own, with no
+    # counterpart in the other columns.
+    assert ("| fan-out: server process CPU s per 1,000 steps | – | – | 0.500 s | – | – |"
+            in report)
+    # Fusee ran the start workload at 500 like Restate, DBOS at 50: only DBOS's ratio
+    # is marked as taken between different sizes.
+    assert "| 0.05 (20× better) † | 0.25 (4× better) |" in report
+    without = run_all.render(_fake_results(30_000.0), {"cpu": "test"}, "quick", {}, None)
+    assert "Restate" not in without and "server process CPU" not in without
+
+
+def test_restate_is_skipped_with_a_message_when_npm_is_missing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(run_all, "RESTATE_DIR", tmp_path / "restate")
+    monkeypatch.setattr(run_all.shutil, "which", lambda name: None)
+    assert run_all.ensure_restate() is False
+    assert "npm not found; skipping Restate" in capsys.readouterr().err
+    assert not (tmp_path / "restate").exists()  # nothing installed, nothing half-made
 
 
 def test_environment_names_the_disk_and_python(tmp_path: Path) -> None:
