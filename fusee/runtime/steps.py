@@ -236,6 +236,13 @@ class StepRunner:
             return
         if not self.may_start(run, seq):
             return
+        if (not call.is_async and run.pumping and run.machine.has_queued_deliveries()
+                and self.sync_policy.runs_inline(call.fn)):
+            # An outcome of this run (a step gathered with this one) waits for the pump
+            # going on to journal it: lending the loop's thread now would hold that record
+            # back for as long as this function runs. After the pump, then.
+            self.rt.loop.call_soon(self._start_step, run, seq, call)
+            return
         args = self._step_args(run, seq, call, call.attempt)
         self._begin(run, seq, None)
         entered = CURRENT_STEP.set(self._info_maker(run, seq, call, call.attempt))

@@ -7,6 +7,8 @@ import pytest
 from fusee.sim.world import run_seed
 
 FOUND: dict[int, str] = {
+    106: "a step gathered with another ran inline while the first one's outcome waited for its "
+    "run's pump: the finished step was not durable for as long as the second blocked the loop",
     5: "an update in flight at a crash was accepted a second time when the client resent it",
     48: "a parked parent never heard from its child: the message was lost at a crash and "
     "parked runs were not replayed at open, so nothing resent it",
