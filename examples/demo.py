@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import fusee
 
@@ -81,6 +82,12 @@ async def worker() -> None:
             say("the sleep finished on its original schedule; sending the approval signal")
             await h.signal(approve, True)
             say(f"result: {await h.result()}")
+
+
+def make_engine() -> Any:
+    """The demo's engine for the operator's tools: ``cd examples && fusee serve demo:make_engine``,
+    then open http://127.0.0.1:8233/ui (the runs, their journals, a signal to send)."""
+    return fusee.Engine.open(DATA, workflows=[order])
 
 
 def main() -> None:
