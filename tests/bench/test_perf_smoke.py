@@ -1,8 +1,9 @@
 """The CPU-per-step guard: fails when the hot path got more than 20% slower than the committed baseline.
 
 Measured as ratios to a calibration loop run beside the workload (see
-``bench/perf_smoke.py``); a failing measurement is taken again once, since a
-burst of load on a shared machine can slow one measurement but rarely two.
+``bench/perf_smoke.py``); a failing measurement is taken again, twice at most,
+keeping the lowest ratios, since a burst of load on a shared machine can slow
+one measurement but rarely three.
 """
 
 from __future__ import annotations
@@ -21,7 +22,9 @@ def test_cpu_per_step_has_not_regressed() -> None:
     baseline = json.loads(perf_smoke.BASELINE.read_text())
     measured = perf_smoke.measure()
     problems = perf_smoke.regressions(measured, baseline)
-    if problems:
+    for _ in range(2):
+        if not problems:
+            break
         again = perf_smoke.measure()
         measured = {k: min(v, again[k]) for k, v in measured.items()}
         problems = perf_smoke.regressions(measured, baseline)
