@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
+
+from tests.helpers import finish, ledger, wait_for
 
 APP = Path(__file__).with_name("encrypted_app.py")
 ROOT = Path(__file__).resolve().parents[2]
@@ -21,27 +21,6 @@ def start(d: Path, current: str, keys: str) -> subprocess.Popen[str]:
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env=dict(os.environ, PYTHONPATH=str(ROOT)),
     )
-
-
-def ledger(d: Path) -> list[str]:
-    f = d / "ledger.txt"
-    return f.read_text().splitlines() if f.exists() else []
-
-
-def wait_for(cond: Any, p: subprocess.Popen[str], timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if p.poll() is not None:
-            raise AssertionError(f"the app exited early: {p.communicate()}")
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        time.sleep(0.01)
-
-
-def finish(p: subprocess.Popen[str]) -> list[dict[str, Any]]:
-    out, err = p.communicate(timeout=120)
-    assert p.returncode == 0, f"exit {p.returncode}\n{err}"
-    return [json.loads(line) for line in out.splitlines() if line.strip()]
 
 
 def plaintext_files(d: Path) -> list[str]:

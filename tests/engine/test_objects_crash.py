@@ -7,9 +7,9 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
-from typing import Any
+
+from tests.helpers import finish, ledger, wait_for
 
 APP = Path(__file__).with_name("objects_app.py")
 ROOT = Path(__file__).resolve().parents[2]
@@ -23,27 +23,6 @@ def start(d: Path, mode: str) -> subprocess.Popen[str]:
         text=True,
         env=dict(os.environ, PYTHONPATH=str(ROOT)),
     )
-
-
-def finish(p: subprocess.Popen[str], timeout: float = 120) -> list[dict[str, Any]]:
-    out, err = p.communicate(timeout=timeout)
-    assert p.returncode == 0, f"exit {p.returncode}\n{err}"
-    return [json.loads(line) for line in out.splitlines() if line.strip()]
-
-
-def ledger(d: Path) -> list[str]:
-    f = d / "ledger.txt"
-    return f.read_text().splitlines() if f.exists() else []
-
-
-def wait_for(cond: Any, p: subprocess.Popen[str], timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if p.poll() is not None:
-            raise AssertionError(f"the app exited early: {p.communicate()}")
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        time.sleep(0.01)
 
 
 def test_an_acknowledged_call_keeps_its_state_and_answer_after_sigkill(tmp_path: Path) -> None:

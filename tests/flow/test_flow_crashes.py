@@ -9,9 +9,10 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
+
+from tests.helpers import finish, ledger, wait_for
 
 APP = Path(__file__).with_name("flow_app.py")
 ROOT = Path(__file__).resolve().parents[2]
@@ -22,27 +23,6 @@ def start(d: Path, mode: str) -> subprocess.Popen[str]:
         [sys.executable, str(APP), str(d), mode], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         text=True, env=dict(os.environ, PYTHONPATH=str(ROOT)),
     )
-
-
-def ledger(d: Path) -> list[str]:
-    f = d / "ledger.txt"
-    return f.read_text().splitlines() if f.exists() else []
-
-
-def wait_for(cond: Any, p: subprocess.Popen[str], timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if p.poll() is not None:
-            raise AssertionError(f"the app exited early: {p.communicate()}")
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        time.sleep(0.01)
-
-
-def finish(p: subprocess.Popen[str], timeout: float = 120) -> list[dict[str, Any]]:
-    out, err = p.communicate(timeout=timeout)
-    assert p.returncode == 0, f"exit {p.returncode}\n{err}"
-    return [json.loads(line) for line in out.splitlines() if line.strip()]
 
 
 def test_a_schedule_fires_each_time_once_across_a_sigkill(tmp_path: Path) -> None:
