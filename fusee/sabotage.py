@@ -39,6 +39,9 @@ class Sabotage:
     inline_never_demoted: bool = False
     #: A step function lent the loop's thread starts without handing what is pending to the disk.
     inline_step_holds_flush: bool = False
+    #: A step run at once (inline, or async without suspending) counts as one waiting for its
+    #: gate: nothing asks for a flush of what its run appends next (it waits for other activity).
+    no_flush_after_direct_step: bool = False
     #: Stream readers are shown chunks that are not durable yet (a crash may take them back).
     stream_shows_nondurable: bool = False
     # keyed objects and step limits

@@ -33,6 +33,7 @@ class RunHost(Protocol):
     default_retry: Retry
     limiter: Any  # fusee.limits.Limiter: checks a step's limit= at ctx.step
     telemetry: TelemetryHooks | None
+    steps_started: bool  # a gated step started since the last pump began (see flush_soon)
 
     # the log
     def append(self, shard: int, r: rec.Record) -> int: ...

@@ -347,6 +347,9 @@ class Run:
     def _pump(self) -> None:
         m = self.machine
         loop = self.loop
+        # Only a gated step started by this pump spares its flush request (see Runtime.flush_soon):
+        # one started earlier may have been flushed already, leaving this pump's records behind.
+        self.rt.steps_started = False
         loop.run_until_quiescent()
         while self.stuck is None and not self.dead:
             n = m.next()

@@ -552,6 +552,8 @@ class Runtime:
     def _deliver(self, fn: Callable[..., None], args: tuple[Any, ...]) -> None:
         if not self.closed:
             fn(*args)
+            # Nobody may wait for what a message journaled (a close policy's cancel, say).
+            self.committer.request_flush()
 
     def ensure_child(self, parent: Run, child: rec.Child) -> None:
         """Makes sure the child a Child record names exists; resends its result if it ended."""

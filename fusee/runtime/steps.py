@@ -130,6 +130,8 @@ class StepRunner:
             self.rt.committer.request_flush()
             self.rt.steps_started = True
             return
+        if sabotage.active.no_flush_after_direct_step:
+            self.rt.steps_started = True
         if self._streak < _DIRECT_STREAK and not self._direct and not run.machine.is_replaying():
             # Its gate is durable now (a lone chain just flushed): run it at once,
             # sparing a turn of the loop (and its poll) per step.
@@ -464,6 +466,8 @@ class StepRunner:
                         self._settle(run, seq)
                         return
                     call.gate = run.append(r)
+                    # On disk during the delay, not at the next attempt's gate: the disk is idle now.
+                    self.rt.committer.request_flush()
                     call.attempt = attempt + 1
                     call.not_before = retry_at
                     self.rt.step_retried(run, call, e, retry_at)
@@ -476,6 +480,7 @@ class StepRunner:
                     if r is not None:
                         call.not_before = rec.PAUSED
                         run.append(r)
+                        self.rt.committer.request_flush()
                         self.rt.step_retried(run, call, e, rec.PAUSED)
                         if self.telemetry is not None:
                             self.telemetry.step_end(run, seq, "paused", type(e).__name__)

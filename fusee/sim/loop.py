@@ -82,6 +82,10 @@ class _VirtualSelector:
 
     def select(self, timeout: float | None) -> list[Any]:
         loop = self._loop
+        if timeout != 0 and loop.idle_hook is not None:
+            # Nothing is ready: whatever the engine promised to do "soon" must already be
+            # under way (a timer or a storage call), or it would wait for unrelated activity.
+            loop.idle_hook()
         if timeout is None:
             # Nothing ready and no timer: in a real loop this would block
             # forever waiting for I/O, which the simulation never delivers.
@@ -118,6 +122,8 @@ class SimLoop(asyncio.BaseEventLoop):
         # Virtual time: the loop never sleeps, so "slow callback" warnings
         # and the monotonic clock's resolution are meaningless here.
         self._clock_resolution = 1e-9
+        #: Called each time nothing is ready and the loop is about to wait (advance the clock).
+        self.idle_hook: Callable[[], None] | None = None
         #: Exception contexts reported by callbacks and tasks, in order.
         self.errors: list[dict[str, Any]] = []
         self.set_exception_handler(self._record_error)

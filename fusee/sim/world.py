@@ -128,6 +128,8 @@ class World:
         self.failure: SimFailure | None = None
         self.life = 0
         self.dead: list[SimLoop] = []
+        #: The idle check found a record left behind (reported once per seed).
+        self.idle_violation = False
         self.loop: SimLoop = SimLoop()
         self.engine: Any = None
         self._events: list[tuple[float, int, str, int]] = []
@@ -302,12 +304,31 @@ class World:
                 self.opening = False
             self.restart_pending = False
             self.t = self.loop.now
+            self.loop.idle_hook = self._check_idle
             if self.faults and self.kill_rng.random() < 0.1:
                 self._second_writer()
             for hook in self.plan.on_open:
                 hook(self)
             return
         raise self.fail("the engine could not be opened in 20 attempts")
+
+    def _check_idle(self) -> None:
+        """The loop is idle: no appended record may be left waiting for unrelated activity.
+
+        A quiet world is where such a record shows (a step that ran within its
+        run's turn, then a long sleep): with other runs always flushing, a
+        missing flush request hides behind theirs.
+        """
+        engine = self.engine
+        if engine is None or self.closing or self.idle_violation or engine.failure is not None:
+            return
+        log, committer = engine._rt.log, engine._rt.committer
+        # A flush in flight (even one a checkpoint completed first) takes what is pending when it ends.
+        if log.failed is None and log.has_pending() and not log.flushing and not committer.flushing:
+            self.idle_violation = True
+            self.obs.violations.append(
+                f"at {self.loop.now:.6f}s the loop went idle with {log.pending_records} appended "
+                "record(s) that no flush was taking or asked to take: they wait for unrelated activity")
 
     def _second_writer(self) -> None:
         """An outside hand deletes the lock file, then a second process opens the directory."""

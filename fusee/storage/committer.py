@@ -237,6 +237,11 @@ class GroupCommitter:
             self._launch()
 
     @property
+    def flushing(self) -> bool:
+        """Whether a flush is in flight (its end starts the next one if anything is pending)."""
+        return self._inflight is not None
+
+    @property
     def waiters(self) -> int:
         """Tasks waiting in ``wait_durable`` right now."""
         return self._waiters
