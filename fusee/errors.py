@@ -109,6 +109,30 @@ class DirectoryLocked(StorageError):
         )
 
 
+class StaleEpoch(StorageError):
+    """An engine directory's epoch went back: two owners, or a file restored under a live one."""
+
+
+class OwnerUnreachable(FuseeError):
+    """A follower found no owner of its engine directory to route a call to within the call's deadline.
+
+    Nothing was sent, so nothing was done: the call may be made again.
+    """
+
+
+class OutcomeUnknown(FuseeError):
+    """The owner of the engine directory went away while it handled a routed call.
+
+    The call may or may not have been done (and made durable) before it died, and
+    repeating it is not safe (it is not idempotent). Look at the run (``describe``,
+    ``journal``) once a new owner serves, then decide whether to call again.
+    """
+
+    def __init__(self, message: str, *, method: str = "") -> None:
+        self.method = method
+        super().__init__(message)
+
+
 class ShardCountMismatch(StorageError):
     """The directory was created with another shard count."""
 
