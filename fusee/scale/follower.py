@@ -136,10 +136,12 @@ class _Connection:
 class _Call:
     """What happened to one routed call: whether it was sent again after losing its owner."""
 
-    __slots__ = ("retried",)
+    __slots__ = ("again", "retried")
 
-    def __init__(self) -> None:
+    def __init__(self, again: list[Any] | None = None) -> None:
         self.retried = False
+        #: The arguments to send instead when the call is sent again.
+        self.again = again
 
 
 def _secs(d: Any) -> float | None:
@@ -344,6 +346,8 @@ class Follower(Engine):
                     raise EngineClosed("the engine was closed while a call waited for its owner") from None
                 if call is not None:
                     call.retried = True
+                    if call.again is not None:
+                        args = call.again
                 deadline = loop.time() + self._route_timeout  # the next owner gets a full deadline
 
     # --- encoding the caller's values -------------------------------------------------------
@@ -382,16 +386,17 @@ class Follower(Engine):
             raise ValueError(f"if_finished must be one of {IF_FINISHED}, got {if_finished!r}")
         ref, inp = self._workflow_input(workflow, input)
         safe = if_running in ("fail", "attach") and if_finished in ("fail", "attach")
-        call = _Call()
+        args = [ref, wid, inp, if_running, if_finished, _secs(timeout)]
+        call = _Call(again=[*args, True])
         try:
-            got = await self._route("start", [ref, wid, inp, if_running, if_finished, _secs(timeout)],
-                                    safe=safe, call=call)
+            got = await self._route("start", args, safe=safe, call=call)
         except AlreadyExists:
             if call.retried:
                 raise OutcomeUnknown(
                     f"the owner went away while it started {wid!r}; the start was sent again to the next "
-                    f"owner, which found {wid!r} already there: it may be this call's start or another's. "
-                    f"engine.get({wid!r}).describe() shows the run", method="start") from None
+                    f"owner, which found {wid!r} already there with another workflow or input: it may be "
+                    f"this call's start or another's. engine.get({wid!r}).describe() shows the run",
+                    method="start") from None
             raise
         return self._handle(got)
 

@@ -23,7 +23,7 @@ import msgspec
 from fusee import codec
 from fusee.core import records as rec
 from fusee.definitions import QueryDef, SignalDef, UpdateDef
-from fusee.errors import FuseeError
+from fusee.errors import AlreadyExists, FuseeError
 from fusee.scale import wire
 
 if TYPE_CHECKING:
@@ -68,9 +68,25 @@ def _workflow(eng: Engine, ref: Any) -> Any:
 
 
 async def _start(eng: Engine, wref: Any, wid: str, inp: bytes | None, if_running: str, if_finished: str,
-                 timeout: float | None) -> Any:
-    h = await eng.start(_workflow(eng, wref), wid, _value(inp), if_running=if_running,
-                        if_finished=if_finished, timeout=timeout)
+                 timeout: float | None, again: bool = False) -> Any:
+    workflow = _workflow(eng, wref)
+    try:
+        h = await eng.start(workflow, wid, _value(inp), if_running=if_running,
+                            if_finished=if_finished, timeout=timeout)
+    except AlreadyExists:
+        # Sent again after the previous owner died mid-call: the run found is this call's own
+        # start if it has the same workflow and input (then it answers as the first try would have).
+        if not again:
+            raise
+        st = eng._rt.current(wid)
+        first = eng._rt.journal_of(st)[0][:1]
+        wdef = eng._workflow(workflow)
+        same = (bool(first) and type(first[0]) is rec.Start and first[0].wtype == wdef.name
+                and first[0].input == codec.encode_input(wdef, _value(inp)))
+        if not same:
+            raise
+        await eng._durable(st.shard, eng._rt.durable(st.shard))
+        return [wid, st.run_id]
     return [h.workflow_id, h.run_id]
 
 
