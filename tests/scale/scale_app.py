@@ -4,7 +4,7 @@ Usage: python scale_app.py DIR NAME N
 
 Opens DIR (the first process owns it, the others follow), starts N ``job``
 workflows named NAME-i, eight at a time, through its engine, prints a JSON line
-per acknowledged start, then waits for every result and prints it. Steps append
+per acknowledged start, then waits for every result and prints it, and closes once DIR/release exists. Steps append
 ``<workflow id> <step>`` to DIR/ledger.txt (their effects), one line per run.
 """
 
@@ -59,6 +59,9 @@ async def main() -> None:
         wid = f"{NAME}-{i}"
         emit(done=wid, result=await engine.get(wid).result())
     emit(finished=os.getpid(), owner=engine.is_owner, epoch=engine.epoch)
+    # Stays open (owner or follower) until the test lets the processes go.
+    while not os.path.exists(os.path.join(DIR, "release")):
+        await asyncio.sleep(0.01)
     await engine.close()
 
 
