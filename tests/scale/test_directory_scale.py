@@ -215,3 +215,83 @@ def test_a_call_with_no_owner_to_reach_fails_within_its_deadline(tmp_path: Path)
         asyncio.run(main())
     finally:
         p.communicate("\n", timeout=60)
+
+
+# --- uvicorn workers ----------------------------------------------------------------------
+
+
+def _http(port: int, method: str, path: str) -> dict[str, Any]:
+    import urllib.request
+
+    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", method=method, data=b"" if method == "POST" else None,
+                                 headers={"Connection": "close"})
+    with urllib.request.urlopen(req, timeout=60) as r:
+        got: dict[str, Any] = json.loads(r.read())
+        return got
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def test_uvicorn_with_four_workers_on_one_directory_survives_killing_the_owner(tmp_path: Path) -> None:
+    pytest.importorskip("uvicorn")
+    from concurrent.futures import ThreadPoolExecutor
+
+    d = tmp_path / "data"
+    port = _free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "uvicorn", "--app-dir", str(APP.parent), "uv_app:app", "--workers", "4",
+         "--port", str(port), "--log-level", "warning"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        env=dict(os.environ, PYTHONPATH=str(ROOT), FUSEE_SCALE_DIR=str(d)),
+    )
+    try:
+        def up() -> bool:
+            try:
+                _http(port, "GET", "/who")
+            except OSError:
+                return False
+            return True
+
+        until(up, [server])
+        pids: set[int] = set()
+        with ThreadPoolExecutor(8) as pool:
+            def spread() -> bool:  # fresh connections land on every worker
+                pids.update(r["pid"] for r in pool.map(lambda _: _http(port, "GET", "/who"), range(16)))
+                return len(pids) == 4
+
+            until(spread, [server])
+            before = [f"o{i}" for i in range(6)]
+            started = list(pool.map(lambda o: _http(port, "POST", f"/orders/{o}"), before))
+            assert {r["started"] for r in started} == set(before)
+            owner = read_owner(str(d))
+            assert owner is not None and owner[2] in pids
+            os.kill(owner[2], signal.SIGKILL)  # the worker that owns the directory
+            after = [f"p{i}" for i in range(6)]
+            started = list(pool.map(lambda o: _http(port, "POST", f"/orders/{o}"), after))
+            assert all(r["pid"] != owner[2] for r in started)
+            orders = before + after
+
+            def all_waiting() -> bool:
+                stages = pool.map(lambda o: _http(port, "GET", f"/orders/{o}/stage")["stage"], orders)
+                return all(s == "awaiting approval" for s in stages)
+
+            until(all_waiting, [server])
+            list(pool.map(lambda o: _http(port, "POST", f"/orders/{o}/approve"), orders))
+            results = list(pool.map(lambda o: _http(port, "GET", f"/orders/{o}")["result"], orders))
+        for o, r in zip(orders, results, strict=True):
+            assert r == f"item {o}: price 42, paid by payment-7, shipped as parcel-99"
+        assert read_epoch(PosixStorage(), str(d)) > owner[0]
+    finally:
+        server.send_signal(signal.SIGTERM)
+        try:
+            server.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.communicate()
