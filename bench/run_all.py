@@ -491,6 +491,7 @@ def render(results: dict[str, dict[str, Any]], env: dict[str, str], sizes: str,
         verdict = "met" if ok else ("missed" if ok is False else "not judged")
         lines.append(f"| {what} | {figure} | {verdict} |")
     lines += render_hot_path(results, floor)
+    lines += render_scale(results)
     failures = [(s, w, r["error"]) for s, ws in results.items() for w, r in ws.items()
                 if "error" in r]
     if failures:
@@ -499,6 +500,36 @@ def render(results: dict[str, dict[str, Any]], env: dict[str, str], sizes: str,
     if plot:
         lines += ["", f"![step latency distributions]({plot})"]
     return "\n".join(lines) + "\n"
+
+
+def render_scale(results: dict[str, dict[str, Any]]) -> list[str]:
+    """Several processes on one directory (issue 16, ``workloads_scale.py``)."""
+    fusee = results.get("fusee", {})
+    fail, route, fan = fusee.get("failover", {}), fusee.get("routing", {}), fusee.get("scale_fanout", {})
+    if not (fail or route or fan):
+        return []
+    us = common.format_us
+    lines = ["", "## Scale-out (one directory)", "",
+             "One owner process runs the workflows; followers route their calls to it over a Unix socket "
+             "and one takes over when it dies (docs/scale-out.md).", "", "| measure | value |", "|---|---|"]
+    if "p50_us" in fail:
+        lines.append(f"| failover: SIGKILL of the owner → a start + result served again "
+                     f"({fail.get('trials')} trials) | p50 {us(fail['p50_us'])}, p99 {us(fail['p99_us'])} |")
+    if "owner_p50_us" in route:
+        lines.append(f"| durable signal, to the owner / through a follower | p50 {us(route['owner_p50_us'])} / "
+                     f"{us(route['follower_p50_us'])}, p99 {us(route['owner_p99_us'])} / "
+                     f"{us(route['follower_p99_us'])} |")
+        lines.append(f"| query, to the owner / through a follower (the routing cost alone) | p50 "
+                     f"{us(route['query_owner_p50_us'])} / {us(route['query_follower_p50_us'])}, p99 "
+                     f"{us(route['query_owner_p99_us'])} / {us(route['query_follower_p99_us'])} |")
+    for procs in (1, 2, 4):
+        value = fan.get(f"steps_per_s_{procs}")
+        if value is not None:
+            lines.append(f"| fan-out started through {procs} process{'es' if procs > 1 else ''}: durable "
+                         f"steps/s | {value:,.0f} |")
+    if "error" in fail or "error" in route or "error" in fan:
+        lines.append("| (a scale workload failed: see below) | |")
+    return lines
 
 
 def render_hot_path(results: dict[str, dict[str, Any]], floor: dict[str, Any]) -> list[str]:
@@ -592,6 +623,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-dbos", action="store_true", help="skip DBOS entirely")
     parser.add_argument("--no-postgres", action="store_true", help="skip DBOS on PostgreSQL")
     parser.add_argument("--no-restate", action="store_true", help="skip Restate entirely")
+    parser.add_argument("--no-scale", action="store_true",
+                        help="skip the scale-out section (several processes on one directory)")
     parser.add_argument("--no-flush-modes", action="store_true",
                         help="skip the runs of the other flush modes")
     parser.add_argument("--fusee", default=",".join(FUSEE_WORKLOADS),
@@ -657,6 +690,9 @@ def _run_everything(args: argparse.Namespace, session: Path, size_flags: list[st
             [sys.executable, str(here / "workloads_fusee.py"), workload, *quick, *size_flags,
              *FUSEE_OPTIONS.get(workload, FUSEE_OPTIONS["*"])],
             f"fusee {workload}", args.timeout), workload)
+    if not args.no_scale:
+        collect("fusee", run_script([sys.executable, str(here / "workloads_scale.py"), "all", *quick],
+                                    "fusee scale-out", args.timeout), "scale")
     for workload in KEYED_WORKLOADS:
         collect("fusee", run_script(
             [sys.executable, str(here / "workloads_keyed.py"), workload, *quick],

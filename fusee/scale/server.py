@@ -237,6 +237,10 @@ class RouteServer:
                     msg = await wire.read_frame(reader)
                 except (asyncio.IncompleteReadError, ConnectionError):
                     return
+                except asyncio.CancelledError:
+                    # The loop is shutting down: asyncio's server callback would log a cancelled
+                    # handler as an error, and there is nothing left to answer.
+                    return
                 t = asyncio.create_task(self._answer(writer, msg))
                 self._tasks.add(t)
                 t.add_done_callback(self._tasks.discard)
