@@ -15,7 +15,7 @@ import os
 import random
 from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterable
 from types import TracebackType
-from typing import Any, Generic, TypeVar, overload
+from typing import Any, Generic, TypeVar, cast, overload
 
 from fusee import codec, journal_file, sabotage
 from fusee import telemetry as telemetry_config
@@ -54,6 +54,7 @@ from fusee.runtime.table import dedup_key
 from fusee.runtime.tokens import parse_token
 from fusee.runtime.wfloop import WorkflowLoop
 from fusee.storage import flush_modes
+from fusee.storage import postgres as pg_store
 from fusee.storage.committer import GroupCommitter
 from fusee.storage.directory import existing_shards
 from fusee.storage.log import RESTORE_ADVICE, SharedLog
@@ -222,6 +223,8 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
         codec: Codec | None = None,
         limits: Iterable[Limit] = (),
         telemetry: bool | telemetry_config.Telemetry | None = None,
+        namespace: str | None = None,
+        lease_ttl: float | None = None,
     ) -> _Opening:
         """Opens (or creates) the engine directory ``path`` and recovers it.
 
@@ -267,6 +270,19 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
         global providers; a :class:`fusee.Telemetry`: on with its providers;
         False: off. Asked for without OpenTelemetry installed, it raises
         :class:`fusee.TelemetryUnavailable` before anything is opened.
+
+        ``path`` may also be a PostgreSQL DSN (``"postgresql://user@host/db"``,
+        ``fusee[postgres]``; see docs/postgres.md): records and checkpoints
+        live in the tables of ``namespace`` (a PostgreSQL schema, default
+        ``"fusee"``; engines with different namespaces share a database), an
+        acknowledgement means the server committed, and the engine holds the
+        namespace's lease (``lease_ttl`` seconds, default 5, renewed every
+        third of it). Raises :class:`fusee.errors.LeaseHeld` naming the holder
+        while another engine's lease on the namespace is live,
+        :class:`fusee.errors.DatabaseUnavailable` when the server cannot be
+        reached, :class:`fusee.errors.SchemaVersionMismatch` for tables a newer
+        Fusee wrote. An engine whose lease was taken over fails its next flush
+        with :class:`fusee.errors.LeaseLost` and acknowledges nothing more.
         """
         return _Opening(
             cls._open(
@@ -292,6 +308,8 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
                 codec=codec,
                 limits=limits,
                 telemetry=telemetry,
+                namespace=namespace,
+                lease_ttl=lease_ttl,
             )
         )
 
@@ -321,6 +339,8 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
         codec: Codec | None = None,
         limits: Iterable[Limit] = (),
         telemetry: bool | telemetry_config.Telemetry | None = None,
+        namespace: str | None = None,
+        lease_ttl: float | None = None,
     ) -> Engine:
         tel_config = telemetry_config.resolve(telemetry)
         opened_at = asyncio.get_running_loop().time()  # for the recovery line of the log
@@ -371,7 +391,24 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
         # Segments are preallocated: 64 MiB on a disk, 1 MiB in memory (an engine
         # for tests opens in a millisecond instead of zeroing 64 MiB).
         seg_bytes = segment_bytes if segment_bytes is not None else (1 << 20 if path is None else 64 << 20)
+        on_postgres = pg_store.is_dsn(dir_path)
+        if not on_postgres and (namespace is not None or lease_ttl is not None):
+            raise ValueError("namespace= and lease_ttl= apply to a PostgreSQL DSN "
+                             "('postgresql://...'), not to a directory")
+        if on_postgres and (read_only or truncate_corrupt):
+            raise ValueError("read_only= and truncate_corrupt= apply to a directory; "
+                             "a PostgreSQL namespace supports neither yet")
+
         def open_log() -> tuple[SharedLog, Any]:
+            if on_postgres:
+                from fusee.storage.postgres.log import PostgresLog
+
+                pg_log, pg_recovery = PostgresLog.open(
+                    dir_path, shards,
+                    namespace=pg_store.DEFAULT_NAMESPACE if namespace is None else namespace,
+                    lease_ttl=pg_store.DEFAULT_LEASE_TTL if lease_ttl is None else lease_ttl)
+                # The same interface as SharedLog (the committer and runtime see no difference).
+                return cast(SharedLog, pg_log), pg_recovery
             return SharedLog.open(
                 env.storage,
                 dir_path,
