@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from fusee.errors import DatabaseUnavailable
-
-if TYPE_CHECKING:
-    import psycopg
 
 #: What ``synchronous_commit`` becomes on our sessions when the server's default is weaker:
 #: an acknowledgement means the commit's WAL is on the server's disk.
@@ -39,8 +36,8 @@ def describe(dsn: str) -> str:
     return f"postgresql://{user}{host}{port}/{info.get('dbname') or ''}"
 
 
-def connect(dsn: str, purpose: str) -> psycopg.Connection[Any]:
-    """An autocommit connection whose commits wait for the server's WAL flush.
+def connect(dsn: str, purpose: str) -> Any:
+    """An autocommit ``psycopg.Connection`` whose commits wait for the server's WAL flush.
 
     Raises ``DatabaseUnavailable`` (naming the server, the database and
     ``purpose``) when the DSN is malformed or the server refuses or cannot be
@@ -48,7 +45,7 @@ def connect(dsn: str, purpose: str) -> psycopg.Connection[Any]:
     """
     psycopg = driver()
     try:
-        conn: psycopg.Connection[Any] = psycopg.connect(dsn, autocommit=True, application_name=f"fusee {purpose}",
+        conn = psycopg.connect(dsn, autocommit=True, application_name=f"fusee {purpose}",
                                connect_timeout=10)
     except (psycopg.Error, ValueError) as e:
         raise DatabaseUnavailable(
