@@ -109,16 +109,23 @@ class PostgresLog:
                   FROM fence, unnest(%s::integer[], %s::bigint[], %s::bytea[])
                        WITH ORDINALITY AS r(shard, lsn, data, pos)"""
         )
-        self._fence = (f"SELECT epoch FROM {t(namespace, 'lease')} "
-                       "WHERE id AND owner = %s AND epoch = %s AND expires_at > now() FOR SHARE")
-        self._save_checkpoint = (
-            f"""INSERT INTO {t(namespace, 'checkpoint')} (id, lsns, batch, state) VALUES (true, %s, %s, %s)
-                ON CONFLICT (id) DO UPDATE SET lsns = excluded.lsns, batch = excluded.batch,
-                                               state = excluded.state, written_at = now()""")
-        self._drop_covered = (
-            f"""DELETE FROM {t(namespace, 'records')} r
-                 USING unnest(%s::bigint[]) WITH ORDINALITY AS c(upto, k)
-                 WHERE r.shard = c.k - 1 AND r.lsn <= c.upto""")
+        # One statement too: a transaction held open by the client would let a paused
+        # engine keep the lease row locked, and keep a standby from taking over.
+        self._checkpoint = (
+            f"""WITH fence AS (
+                    SELECT epoch FROM {t(namespace, 'lease')}
+                     WHERE id AND owner = %s AND epoch = %s AND expires_at > now() FOR SHARE),
+                saved AS (
+                    INSERT INTO {t(namespace, 'checkpoint')} (id, lsns, batch, state)
+                    SELECT true, %s, %s, %s FROM fence
+                    ON CONFLICT (id) DO UPDATE SET lsns = excluded.lsns, batch = excluded.batch,
+                                                   state = excluded.state, written_at = now()
+                    RETURNING 1),
+                dropped AS (
+                    DELETE FROM {t(namespace, 'records')} r
+                     USING fence, unnest(%s::bigint[]) WITH ORDINALITY AS c(upto, k)
+                     WHERE r.shard = c.k - 1 AND r.lsn <= c.upto)
+                SELECT count(*) FROM saved""")
 
     # --- opening and recovery -------------------------------------------------------
 
@@ -286,7 +293,7 @@ class PostgresLog:
     def checkpoint(self, state: bytes, covers: Sequence[int] | None = None) -> None:
         """Flushes, then durably records ``state`` as covering ``covers`` (default: all appended) and deletes the records it covers.
 
-        One transaction, fenced by the lease like a flush.
+        One statement (one transaction), fenced by the lease like a flush.
         """
         covered = list(self._appended) if covers is None else list(covers)
         assert len(covered) == self.shards
@@ -295,10 +302,10 @@ class PostgresLog:
         self.flush()
         self.since_checkpoint = 0
         try:
-            with self._conn.transaction():
-                self._check_fence()
-                self._conn.execute(self._save_checkpoint, (covered, self._seq, bytes(state)))
-                self._conn.execute(self._drop_covered, (covered,))
+            row = self._conn.execute(self._checkpoint, (self.lease.owner, self.lease.epoch, covered,
+                                                        self._seq, bytes(state), covered)).fetchone()
+            if row[0] != 1:
+                raise self._lost()
         except BaseException as e:
             self._fail(e)
             raise self.failure() from e
@@ -330,11 +337,6 @@ class PostgresLog:
         self._seq = seq
         self.batches_written += 1
         self.records_written += b.records
-
-    def _check_fence(self) -> None:
-        row = self._conn.execute(self._fence, (self.lease.owner, self.lease.epoch)).fetchone()
-        if row is None:
-            raise self._lost()
 
     def _lost(self) -> LeaseLost:
         try:
