@@ -57,6 +57,7 @@ class Lease:
         #: Set once a renewal found the lease gone: it never comes back.
         self.lost = threading.Event()
         self._table = table(namespace, "lease")
+        self._dsn = dsn
         self._conn: Any = connect(dsn, "lease")
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -173,15 +174,25 @@ class Lease:
             self._thread.join()
         self._thread = None
 
+    def _reconnect_if_broken(self) -> None:
+        if not (self._conn.closed or self._conn.broken) or self._stop.is_set():
+            return
+        try:
+            self._conn = connect(self._dsn, "lease")
+        except Exception as e:
+            logger.warning("reconnecting for the lease of namespace %r failed: %s", self.namespace, e)
+
     def _renew_loop(self, on_lost: Callable[[], None] | None) -> None:
         while not self._stop.wait(self.ttl / 3):
             try:
                 if self.renew():
                     continue
             except Exception as e:
-                # A transient failure: the next tick tries again. If the lease expires
-                # meanwhile, the next renewal (and every flush) finds it gone.
+                # A transient failure: the next tick tries again (on a new connection if this
+                # one broke). If the lease expires meanwhile, the next renewal (and every
+                # flush) finds it gone.
                 logger.warning("renewing the lease of namespace %r failed: %s", self.namespace, e)
+                self._reconnect_if_broken()
                 continue
             logger.error("the lease of namespace %r (epoch %d) was lost: another engine may serve it; "
                          "this engine acknowledges nothing more", self.namespace, self.epoch)

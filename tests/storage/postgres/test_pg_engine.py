@@ -37,6 +37,17 @@ def rows(dsn: str, sql: str) -> list[tuple[Any, ...]]:
         return conn.execute(sql).fetchall()
 
 
+def crash(engine: fusee.Engine) -> None:
+    """As a killed process would: renewals stop, connections drop, no checkpoint, no release.
+
+    (The subprocess tests in test_pg_crash.py kill real processes.)
+    """
+    log: Any = engine._log
+    log.lease.stop_renewing()
+    log._conn.close()
+    log.lease._conn.close()
+
+
 async def wait_expired(dsn: str, namespace: str = "fusee", timeout: float = 20) -> None:
     """Waits until the server's clock says the namespace's lease has expired."""
     deadline = time.monotonic() + timeout
@@ -72,11 +83,7 @@ async def test_records_after_the_checkpoint_are_read_back(pg_dsn: str) -> None:
         assert await (await engine.start(chain, f"r-{i}", 3)).result() == 3
     n = rows(pg_dsn, "SELECT count(*) FROM fusee.records")[0][0]
     assert n > 0
-    # Simulate a crash: stop renewing and drop the connections without a checkpoint or release.
-    log: Any = engine._log
-    log.lease.stop_renewing()
-    log._conn.close()
-    log.lease._conn.close()
+    crash(engine)
     await wait_expired(pg_dsn)
     async with await fusee.Engine.open(pg_dsn, workflows=[chain]) as again:
         assert again.recovered_records == n
@@ -204,3 +211,67 @@ def test_engine_suite_on_postgres(name: str, pg_dsn: str, monkeypatch: pytest.Mo
 
     monkeypatch.setattr(fusee.Engine, "open", classmethod(open_on_postgres))
     getattr(suite, name)()
+
+
+@fusee.workflow("pg_big")
+async def big(ctx: fusee.Ctx, n: int) -> int:
+    blob = await ctx.step("make", lambda: "x" * n)
+    return len(blob)
+
+
+async def test_large_records_round_trip(pg_dsn: str) -> None:
+    engine = await fusee.Engine.open(pg_dsn, workflows=[big], lease_ttl=1)
+    assert await (await engine.start(big, "b", 3_000_000)).result() == 3_000_000
+    crash(engine)
+    await wait_expired(pg_dsn)
+    async with await fusee.Engine.open(pg_dsn, workflows=[big]) as engine:
+        assert engine.recovered_records > 0
+        assert await engine.get("b").result() == 3_000_000
+
+
+async def test_a_fenced_checkpoint_fails_with_lease_lost(pg_dsn: str) -> None:
+    a = await fusee.Engine.open(pg_dsn, workflows=[chain], lease_ttl=1)
+    assert await (await a.start(chain, "x", 1)).result() == 1
+    a._log.lease.stop_renewing()  # type: ignore[attr-defined]
+    await wait_expired(pg_dsn)
+    async with await fusee.Engine.open(pg_dsn, workflows=[chain]) as b:
+        await a.checkpoint()  # the runtime logs a failed checkpoint; the log failed for good
+        assert isinstance(a.failure, LeaseLost)
+        with pytest.raises(fusee.EngineClosed):
+            await a.start(chain, "y", 1)
+        await a.close()
+        assert await b.get("x").result() == 1
+    assert rows(pg_dsn, "SELECT epoch FROM fusee.lease") == [(2,)]
+
+
+def terminate(dsn: str, application: str) -> None:
+    """Ends the server backends of the engine's connections named ``application`` (as a network cut would)."""
+    ended = rows(dsn, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                      f"WHERE application_name = '{application}'")
+    assert ended and all(r[0] for r in ended)
+
+
+async def test_the_lease_survives_a_dropped_connection(pg_dsn: str) -> None:
+    async with await fusee.Engine.open(pg_dsn, workflows=[chain], lease_ttl=1) as engine:
+        (cut,) = rows(pg_dsn, "SELECT now()")[0]
+        terminate(pg_dsn, "fusee lease")
+        # Renewed after the cut (on a new connection): its expiry moved past cut + ttl.
+        deadline = time.monotonic() + 20
+        while not rows(pg_dsn, f"SELECT 1 FROM fusee.lease WHERE expires_at > '{cut.isoformat()}'::timestamptz "
+                               "+ interval '1 second'"):
+            assert time.monotonic() < deadline, "the lease was not renewed after its connection dropped"
+            await asyncio.sleep(0.05)
+        assert await (await engine.start(chain, "after-cut", 1)).result() == 1
+
+
+async def test_a_dropped_log_connection_fails_the_log(pg_dsn: str) -> None:
+    engine = await fusee.Engine.open(pg_dsn, workflows=[chain])
+    assert await (await engine.start(chain, "before", 1)).result() == 1
+    terminate(pg_dsn, "fusee log")
+    with pytest.raises(fusee.EngineClosed):
+        await engine.start(chain, "after", 1)
+    assert isinstance(engine.failure, fusee.errors.LogFailed)
+    assert "writing to PostgreSQL failed" in str(engine.failure)
+    await engine.close()  # releases the lease: the next open need not wait
+    async with await fusee.Engine.open(pg_dsn, workflows=[chain]) as again:
+        assert await again.get("before").result() == 1
