@@ -458,7 +458,7 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
 
             self._telemetry = OTelTelemetry(
                 tracer_provider=tel_config.tracer_provider, meter_provider=tel_config.meter_provider,
-                traces=tel_config.traces, metrics=tel_config.metrics, path=dir_path,
+                traces=tel_config.traces, metrics=tel_config.metrics, path=log.dir.path,
                 snapshot=lambda: visibility.metrics(self._rt, self._committer), loop=self._rt.loop,
                 trace_of=self._rt.trace_of,
             )
@@ -494,7 +494,7 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
         logger.info(
             "opened %s in %.3f s: %d records read after the checkpoint; %d workflows, %d loaded "
             "(%d replayed), %d stuck",
-            dir_path, rt.loop.time() - opened_at, self.recovered_records, len(rt.wf), rt.loaded_runs,
+            log.dir.path, rt.loop.time() - opened_at, self.recovered_records, len(rt.wf), rt.loaded_runs,
             rt.stats["replays"], len(rt.stuck),
         )
         if interval is not None and not read_only:
