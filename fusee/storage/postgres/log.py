@@ -106,7 +106,7 @@ class PostgresLog:
                      WHERE id AND owner = %s AND epoch = %s AND expires_at > now() FOR SHARE)
                 INSERT INTO {t(namespace, 'records')} (batch, pos, shard, lsn, data)
                 SELECT %s, r.pos, r.shard, r.lsn, r.data
-                  FROM fence, unnest(%s::integer[], %s::bigint[], %s::bytea[])
+                  FROM fence, unnest(%b::integer[], %b::bigint[], %b::bytea[])
                        WITH ORDINALITY AS r(shard, lsn, data, pos)"""
         )
         # One statement too: a transaction held open by the client would let a paused
