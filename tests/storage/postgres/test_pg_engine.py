@@ -298,3 +298,17 @@ async def test_checkpoints_mid_run_then_a_crash_recover_everything(pg_dsn: str) 
             assert await again.get(f"k-{i}").result() == 6
         assert await (await again.start(chain, "k-new", 2)).result() == 2
     assert len(ran) == 20 * 6 + 2 and len(set(ran)) == len(ran)
+
+
+async def test_an_expired_lease_without_a_takeover_still_fences_the_next_flush(pg_dsn: str) -> None:
+    async with await fusee.Engine.open(pg_dsn, workflows=[chain], lease_ttl=0.6) as engine:
+        lease: Any = engine._log.lease  # type: ignore[attr-defined]
+        rows(pg_dsn, "UPDATE fusee.lease SET expires_at = now() - interval '1 second' RETURNING 1")
+        deadline = time.monotonic() + 10
+        while not lease.lost.is_set():
+            assert time.monotonic() < deadline, "the renewal never noticed"
+            await asyncio.sleep(0.02)
+        with pytest.raises(fusee.EngineClosed):
+            await engine.start(chain, "late", 1)
+        assert isinstance(engine.failure, LeaseLost)
+        assert "expired and nobody holds it" in str(engine.failure)
