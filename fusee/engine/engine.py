@@ -15,7 +15,7 @@ import os
 import random
 from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterable
 from types import TracebackType
-from typing import Any, Generic, TypeVar, overload
+from typing import Any, Generic, TypeVar, cast, overload
 
 from fusee import codec, journal_file, sabotage
 from fusee import telemetry as telemetry_config
@@ -55,6 +55,7 @@ from fusee.runtime.table import dedup_key
 from fusee.runtime.tokens import parse_token
 from fusee.runtime.wfloop import WorkflowLoop
 from fusee.storage import flush_modes
+from fusee.storage import postgres as pg_store
 from fusee.storage.committer import GroupCommitter
 from fusee.storage.directory import existing_shards
 from fusee.storage.log import RESTORE_ADVICE, SharedLog
@@ -229,6 +230,8 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
         telemetry: bool | telemetry_config.Telemetry | None = None,
         exclusive: bool = False,
         route_timeout: float = 30.0,
+        namespace: str | None = None,
+        lease_ttl: float | None = None,
     ) -> _Opening:
         """Opens (or creates) the engine directory ``path`` and recovers it.
 
@@ -284,6 +287,19 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
         within one process always raises it. ``route_timeout`` (seconds) bounds
         how long a follower's call waits for an owner to reach before it raises
         :class:`fusee.errors.OwnerUnreachable`.
+
+        ``path`` may also be a PostgreSQL DSN (``"postgresql://user@host/db"``,
+        ``fusee[postgres]``; see docs/postgres.md): records and checkpoints
+        live in the tables of ``namespace`` (a PostgreSQL schema, default
+        ``"fusee"``; engines with different namespaces share a database), an
+        acknowledgement means the server committed, and the engine holds the
+        namespace's lease (``lease_ttl`` seconds, default 5, renewed every
+        third of it). Raises :class:`fusee.errors.LeaseHeld` naming the holder
+        while another engine's lease on the namespace is live,
+        :class:`fusee.errors.DatabaseUnavailable` when the server cannot be
+        reached, :class:`fusee.errors.SchemaVersionMismatch` for tables a newer
+        Fusee wrote. An engine whose lease was taken over fails its next flush
+        with :class:`fusee.errors.LeaseLost` and acknowledges nothing more.
         """
         workflows = list(workflows)
         return _Opening(
@@ -312,6 +328,8 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
                 codec=codec,
                 limits=limits,
                 telemetry=telemetry,
+                namespace=namespace,
+                lease_ttl=lease_ttl,
             )
         )
 
@@ -345,6 +363,8 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
         route_timeout: float = 30.0,
         _lock: int | None = None,
         _epoch: int = 0,
+        namespace: str | None = None,
+        lease_ttl: float | None = None,
     ) -> Engine:
         # What a follower needs to open the directory itself when it takes over.
         options = dict(
@@ -407,7 +427,9 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
         # Many processes on one directory: only for an engine on the real disk that writes.
         from fusee.storage.posix import PosixStorage as _Posix
 
-        shared = own_env and path is not None and not read_only and isinstance(env.storage, _Posix)
+        on_postgres = pg_store.is_dsn(dir_path)
+        shared = (own_env and path is not None and not read_only and not on_postgres
+                  and isinstance(env.storage, _Posix))
         if shared and _lock is None:
             from fusee.scale.follower import HELD_HERE, dir_key
 
@@ -418,7 +440,23 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
         # Segments are preallocated: 64 MiB on a disk, 1 MiB in memory (an engine
         # for tests opens in a millisecond instead of zeroing 64 MiB).
         seg_bytes = segment_bytes if segment_bytes is not None else (1 << 20 if path is None else 64 << 20)
+        if not on_postgres and (namespace is not None or lease_ttl is not None):
+            raise ValueError("namespace= and lease_ttl= apply to a PostgreSQL DSN "
+                             "('postgresql://...'), not to a directory")
+        if on_postgres and (read_only or truncate_corrupt):
+            raise ValueError("read_only= and truncate_corrupt= apply to a directory; "
+                             "a PostgreSQL namespace supports neither yet")
+
         def open_log() -> tuple[SharedLog, Any]:
+            if on_postgres:
+                from fusee.storage.postgres.log import PostgresLog
+
+                pg_log, pg_recovery = PostgresLog.open(
+                    dir_path, shards,
+                    namespace=pg_store.DEFAULT_NAMESPACE if namespace is None else namespace,
+                    lease_ttl=pg_store.DEFAULT_LEASE_TTL if lease_ttl is None else lease_ttl)
+                # The same interface as SharedLog (the committer and runtime see no difference).
+                return cast(SharedLog, pg_log), pg_recovery
             return SharedLog.open(
                 env.storage,
                 dir_path,
@@ -481,7 +519,7 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
 
             self._telemetry = OTelTelemetry(
                 tracer_provider=tel_config.tracer_provider, meter_provider=tel_config.meter_provider,
-                traces=tel_config.traces, metrics=tel_config.metrics, path=dir_path,
+                traces=tel_config.traces, metrics=tel_config.metrics, path=log.dir.path,
                 snapshot=lambda: visibility.metrics(self._rt, self._committer), loop=self._rt.loop,
                 trace_of=self._rt.trace_of,
             )
@@ -517,7 +555,7 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
         logger.info(
             "opened %s in %.3f s: %d records read after the checkpoint; %d workflows, %d loaded "
             "(%d replayed), %d stuck",
-            dir_path, rt.loop.time() - opened_at, self.recovered_records, len(rt.wf), rt.loaded_runs,
+            log.dir.path, rt.loop.time() - opened_at, self.recovered_records, len(rt.wf), rt.loaded_runs,
             rt.stats["replays"], len(rt.stuck),
         )
         if interval is not None and not read_only:
