@@ -1,13 +1,15 @@
 """Runs every benchmark, Fusee, DBOS and Restate side by side, and writes the report.
 
-    .venv/bin/python bench/run_all.py [--quick] [--no-dbos] [--no-postgres] [--no-restate]
+    .venv/bin/python bench/run_all.py [--quick] [--no-dbos] [--no-postgres] [--no-pg-backend] [--no-restate]
                                       [sizes...]
 
 1. the floor of the disk (``floor.py``);
 2. each Fusee workload in a fresh process (``workloads_fusee.py``);
 3. DBOS Transact on SQLite and, when a PostgreSQL installation is found, on a
    throwaway local cluster (``workloads_dbos.py`` inside ``bench/.venv-dbos``,
-   which this script creates with ``pip install dbos matplotlib``);
+   which this script creates with ``pip install dbos matplotlib``), and Fusee's
+   own PostgreSQL backend on the same cluster (``workloads_pg.py``;
+   ``--no-pg-backend`` skips it);
 4. Restate: the ``@restatedev/restate-server`` npm package installed into
    ``bench/.restate`` (``npm install --prefix``, never globally) and the
    ``restate-sdk`` Python SDK in ``bench/.venv-restate``; ``workloads_restate.py``
@@ -411,9 +413,10 @@ def _size(results: dict[str, dict[str, Any]], system: str, workload: str) -> Any
 def render(results: dict[str, dict[str, Any]], env: dict[str, str], sizes: str,
            durability: dict[str, str], plot: str | None) -> str:
     """The whole markdown report."""
-    systems = [s for s in ("dbos-sqlite", "dbos-postgres", "restate") if s in results]
-    names = {"dbos-sqlite": "DBOS (SQLite)", "dbos-postgres": "DBOS (PostgreSQL)",
-             "restate": "Restate"}
+    systems = [s for s in ("fusee-postgres", "dbos-sqlite", "dbos-postgres", "restate")
+               if s in results]
+    names = {"fusee-postgres": "Fusee (PostgreSQL)", "dbos-sqlite": "DBOS (SQLite)",
+             "dbos-postgres": "DBOS (PostgreSQL)", "restate": "Restate"}
     lines = ["# Fusee benchmarks", "",
              f"Run {time.strftime('%Y-%m-%d %H:%M %Z')}. Sizes: {sizes}.", ""]
     lines += [f"- **{k}**: {v}" for k, v in env.items()]
@@ -491,6 +494,7 @@ def render(results: dict[str, dict[str, Any]], env: dict[str, str], sizes: str,
         verdict = "met" if ok else ("missed" if ok is False else "not judged")
         lines.append(f"| {what} | {figure} | {verdict} |")
     lines += render_hot_path(results, floor)
+    lines += render_scale(results)
     failures = [(s, w, r["error"]) for s, ws in results.items() for w, r in ws.items()
                 if "error" in r]
     if failures:
@@ -499,6 +503,36 @@ def render(results: dict[str, dict[str, Any]], env: dict[str, str], sizes: str,
     if plot:
         lines += ["", f"![step latency distributions]({plot})"]
     return "\n".join(lines) + "\n"
+
+
+def render_scale(results: dict[str, dict[str, Any]]) -> list[str]:
+    """Several processes on one directory (issue 16, ``workloads_scale.py``)."""
+    fusee = results.get("fusee", {})
+    fail, route, fan = fusee.get("failover", {}), fusee.get("routing", {}), fusee.get("scale_fanout", {})
+    if not (fail or route or fan):
+        return []
+    us = common.format_us
+    lines = ["", "## Scale-out (one directory)", "",
+             "One owner process runs the workflows; followers route their calls to it over a Unix socket "
+             "and one takes over when it dies (docs/scale-out.md).", "", "| measure | value |", "|---|---|"]
+    if "p50_us" in fail:
+        lines.append(f"| failover: SIGKILL of the owner → a start + result served again "
+                     f"({fail.get('trials')} trials) | p50 {us(fail['p50_us'])}, p99 {us(fail['p99_us'])} |")
+    if "owner_p50_us" in route:
+        lines.append(f"| durable signal, to the owner / through a follower | p50 {us(route['owner_p50_us'])} / "
+                     f"{us(route['follower_p50_us'])}, p99 {us(route['owner_p99_us'])} / "
+                     f"{us(route['follower_p99_us'])} |")
+        lines.append(f"| query, to the owner / through a follower (the routing cost alone) | p50 "
+                     f"{us(route['query_owner_p50_us'])} / {us(route['query_follower_p50_us'])}, p99 "
+                     f"{us(route['query_owner_p99_us'])} / {us(route['query_follower_p99_us'])} |")
+    for procs in (1, 2, 4):
+        value = fan.get(f"steps_per_s_{procs}")
+        if value is not None:
+            lines.append(f"| fan-out started through {procs} process{'es' if procs > 1 else ''}: durable "
+                         f"steps/s | {value:,.0f} |")
+    if "error" in fail or "error" in route or "error" in fan:
+        lines.append("| (a scale workload failed: see below) | |")
+    return lines
 
 
 def render_hot_path(results: dict[str, dict[str, Any]], floor: dict[str, Any]) -> list[str]:
@@ -591,7 +625,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="small sizes (smoke run)")
     parser.add_argument("--no-dbos", action="store_true", help="skip DBOS entirely")
     parser.add_argument("--no-postgres", action="store_true", help="skip DBOS on PostgreSQL")
+    parser.add_argument("--no-pg-backend", action="store_true",
+                        help="skip Fusee on PostgreSQL (Engine.open('postgresql://...'))")
     parser.add_argument("--no-restate", action="store_true", help="skip Restate entirely")
+    parser.add_argument("--no-scale", action="store_true",
+                        help="skip the scale-out section (several processes on one directory)")
     parser.add_argument("--no-flush-modes", action="store_true",
                         help="skip the runs of the other flush modes")
     parser.add_argument("--fusee", default=",".join(FUSEE_WORKLOADS),
@@ -657,6 +695,9 @@ def _run_everything(args: argparse.Namespace, session: Path, size_flags: list[st
             [sys.executable, str(here / "workloads_fusee.py"), workload, *quick, *size_flags,
              *FUSEE_OPTIONS.get(workload, FUSEE_OPTIONS["*"])],
             f"fusee {workload}", args.timeout), workload)
+    if not args.no_scale:
+        collect("fusee", run_script([sys.executable, str(here / "workloads_scale.py"), "all", *quick],
+                                    "fusee scale-out", args.timeout), "scale")
     for workload in KEYED_WORKLOADS:
         collect("fusee", run_script(
             [sys.executable, str(here / "workloads_keyed.py"), workload, *quick],
@@ -686,14 +727,22 @@ def _run_everything(args: argparse.Namespace, session: Path, size_flags: list[st
     if have_dbos:
         collect("dbos-sqlite", run_script([*dbos_cmd, "--db", "sqlite"], "dbos sqlite",
                                           args.timeout * 3), "dbos")
-        if not args.no_postgres:
-            with local_postgres(session) as url:
-                if url:
-                    collect("dbos-postgres", run_script(
-                        [*dbos_cmd, "--db", "postgres", "--url", url], "dbos postgres",
-                        args.timeout * 3), "dbos")
     elif not args.no_dbos:
         log("DBOS: environment unavailable; its columns stay empty")
+    # One throwaway cluster for DBOS on PostgreSQL and Fusee's PostgreSQL backend, side by side.
+    dbos_on_pg = have_dbos and not args.no_postgres
+    if dbos_on_pg or not args.no_pg_backend:
+        with local_postgres(session) as url:
+            if url and dbos_on_pg:
+                collect("dbos-postgres", run_script(
+                    [*dbos_cmd, "--db", "postgres", "--url", url], "dbos postgres",
+                    args.timeout * 3), "dbos")
+            if url and not args.no_pg_backend:
+                pg_flags = [f for pair in zip(size_flags[::2], size_flags[1::2], strict=True)
+                            if pair[0] in ("--chain", "--fanout") for f in pair]
+                collect("fusee-postgres", run_script(
+                    [sys.executable, str(here / "workloads_pg.py"), "--url", url, *quick, *pg_flags],
+                    "fusee postgres", args.timeout), "fanout")
     # Restate takes the same sizes as DBOS (the same five workloads).
     have_restate = not args.no_restate and ensure_restate()
     if have_restate:
@@ -708,7 +757,8 @@ def _run_everything(args: argparse.Namespace, session: Path, size_flags: list[st
         results.setdefault("floor", {})["floor_after"] = {**entry, "workload": "floor_after"}
 
     durability = {s: next((r["durability"] for r in ws.values() if "durability" in r), "")
-                  for s, ws in results.items() if s.startswith("dbos") or s == "restate"}
+                  for s, ws in results.items()
+                  if s.startswith("dbos") or s in ("restate", "fusee-postgres")}
     args.out.mkdir(parents=True, exist_ok=True)
     samples = {label: results.get(s, {}).get(w, {}).get("samples_us", [])
                for label, s, w in (("floor (pwrite + fdatasync)", "floor", "floor"),

@@ -109,6 +109,30 @@ class DirectoryLocked(StorageError):
         )
 
 
+class StaleEpoch(StorageError):
+    """An engine directory's epoch went back: two owners, or a file restored under a live one."""
+
+
+class OwnerUnreachable(FuseeError):
+    """A follower found no owner of its engine directory to route a call to within the call's deadline.
+
+    Nothing was sent, so nothing was done: the call may be made again.
+    """
+
+
+class OutcomeUnknown(FuseeError):
+    """The owner of the engine directory went away while it handled a routed call.
+
+    The call may or may not have been done (and made durable) before it died, and
+    repeating it is not safe (it is not idempotent). Look at the run (``describe``,
+    ``journal``) once a new owner serves, then decide whether to call again.
+    """
+
+    def __init__(self, message: str, *, method: str = "") -> None:
+        self.method = method
+        super().__init__(message)
+
+
 class ShardCountMismatch(StorageError):
     """The directory was created with another shard count."""
 
@@ -128,6 +152,65 @@ class InvalidMeta(StorageError):
     or rewrite it by hand with the shard count the directory was created with.
     """
 
+
+
+class DatabaseUnavailable(StorageError):
+    """``Engine.open("postgresql://...")`` could not connect, or the DSN is not one PostgreSQL accepts.
+
+    The message names the server and database (never the password) and the
+    driver's reason. Nothing was created or changed.
+    """
+
+
+class SchemaVersionMismatch(StorageError):
+    """The namespace's tables were made by a newer Fusee (a higher schema version) than this one.
+
+    This version cannot read them and changes nothing: upgrade Fusee, or open
+    another namespace.
+    """
+
+    def __init__(self, namespace: str, found: int, supported: int) -> None:
+        self.namespace = namespace
+        self.found = found
+        self.supported = supported
+        super().__init__(
+            f"the PostgreSQL namespace {namespace!r} holds schema version {found}, but this version "
+            f"of Fusee reads versions up to {supported}: it was written by a newer Fusee. Nothing "
+            "was changed. Upgrade Fusee on this machine, or open another namespace."
+        )
+
+
+class LeaseHeld(StorageError):
+    """Another engine holds the namespace's lease (it is live: renewed and not expired).
+
+    One namespace is served by one engine at a time. The message names the
+    holder, its epoch and when its lease expires if it stops renewing.
+    """
+
+    def __init__(self, namespace: str, owner: str, epoch: int, expires_in: float,
+                 address: str | None = None) -> None:
+        self.namespace = namespace
+        self.owner = owner
+        self.epoch = epoch
+        self.expires_in = expires_in
+        self.address = address
+        at = f" (serving at {address})" if address else ""
+        super().__init__(
+            f"the PostgreSQL namespace {namespace!r} is held by {owner}{at} with epoch {epoch}; its "
+            f"lease expires in {max(expires_in, 0.0):.1f} s unless renewed. One namespace is served by "
+            "one engine at a time: stop that engine, wait for its lease to expire (a crashed "
+            "holder's lease does), or open another namespace."
+        )
+
+
+class LeaseLost(LogFailed):
+    """The engine's lease was taken over (or expired) before a flush: the flush made nothing durable.
+
+    Another engine may now serve the namespace with a higher epoch, so this
+    engine's log takes no more records and acknowledges nothing more: close it.
+    Opening it again waits for nothing: it is refused while the new holder
+    renews its lease.
+    """
 
 # --- engine and client API --------------------------------------------
 

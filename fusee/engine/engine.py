@@ -15,7 +15,7 @@ import os
 import random
 from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterable
 from types import TracebackType
-from typing import Any, Generic, TypeVar, overload
+from typing import Any, Generic, TypeVar, cast, overload
 
 from fusee import codec, journal_file, sabotage
 from fusee import telemetry as telemetry_config
@@ -33,6 +33,7 @@ from fusee.errors import (
     CodecError,
     CompletionFailed,
     CorruptRecord,
+    DirectoryLocked,
     EngineClosed,
     FuseeError,
     InvalidWorkflowId,
@@ -54,6 +55,7 @@ from fusee.runtime.table import dedup_key
 from fusee.runtime.tokens import parse_token
 from fusee.runtime.wfloop import WorkflowLoop
 from fusee.storage import flush_modes
+from fusee.storage import postgres as pg_store
 from fusee.storage.committer import GroupCommitter
 from fusee.storage.directory import existing_shards
 from fusee.storage.log import RESTORE_ADVICE, SharedLog
@@ -192,6 +194,10 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
     recovered_records: int
     #: Spans and metrics (``fusee.otel.OTelTelemetry``), None when telemetry is off.
     _telemetry: Any
+    #: Serves other processes' calls (``fusee.scale.server.RouteServer``) when this engine owns a directory.
+    _route_server: Any
+    #: This process's claim on the directory (see ``fusee.scale.follower.HELD_HERE``).
+    _held_key: Any
 
     def __init__(self) -> None:
         raise TypeError("use 'await fusee.Engine.open(path, workflows=[...])'")
@@ -222,6 +228,10 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
         codec: Codec | None = None,
         limits: Iterable[Limit] = (),
         telemetry: bool | telemetry_config.Telemetry | None = None,
+        exclusive: bool = False,
+        route_timeout: float = 30.0,
+        namespace: str | None = None,
+        lease_ttl: float | None = None,
     ) -> _Opening:
         """Opens (or creates) the engine directory ``path`` and recovers it.
 
@@ -267,10 +277,36 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
         global providers; a :class:`fusee.Telemetry`: on with its providers;
         False: off. Asked for without OpenTelemetry installed, it raises
         :class:`fusee.TelemetryUnavailable` before anything is opened.
+
+        Several processes may open one directory (uvicorn or gunicorn workers):
+        the first owns it (it runs the workflows and serves the others on a Unix
+        socket); each other one is a *follower* whose calls run on the owner, and
+        one of them takes over when the owner dies (see docs/scale-out.md).
+        ``exclusive=True`` refuses that instead: :class:`fusee.errors.DirectoryLocked`
+        if another process holds the directory. A second open of one directory
+        within one process always raises it. ``route_timeout`` (seconds) bounds
+        how long a follower's call waits for an owner to reach before it raises
+        :class:`fusee.errors.OwnerUnreachable`.
+
+        ``path`` may also be a PostgreSQL DSN (``"postgresql://user@host/db"``,
+        ``fusee[postgres]``; see docs/postgres.md): records and checkpoints
+        live in the tables of ``namespace`` (a PostgreSQL schema, default
+        ``"fusee"``; engines with different namespaces share a database), an
+        acknowledgement means the server committed, and the engine holds the
+        namespace's lease (``lease_ttl`` seconds, default 5, renewed every
+        third of it). Raises :class:`fusee.errors.LeaseHeld` naming the holder
+        while another engine's lease on the namespace is live,
+        :class:`fusee.errors.DatabaseUnavailable` when the server cannot be
+        reached, :class:`fusee.errors.SchemaVersionMismatch` for tables a newer
+        Fusee wrote. An engine whose lease was taken over fails its next flush
+        with :class:`fusee.errors.LeaseLost` and acknowledges nothing more.
         """
+        workflows = list(workflows)
         return _Opening(
             cls._open(
                 path,
+                exclusive=exclusive,
+                route_timeout=route_timeout,
                 workflows=workflows,
                 shards=shards,
                 env=env,
@@ -292,6 +328,8 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
                 codec=codec,
                 limits=limits,
                 telemetry=telemetry,
+                namespace=namespace,
+                lease_ttl=lease_ttl,
             )
         )
 
@@ -321,7 +359,25 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
         codec: Codec | None = None,
         limits: Iterable[Limit] = (),
         telemetry: bool | telemetry_config.Telemetry | None = None,
+        exclusive: bool = False,
+        route_timeout: float = 30.0,
+        _lock: int | None = None,
+        _epoch: int = 0,
+        namespace: str | None = None,
+        lease_ttl: float | None = None,
     ) -> Engine:
+        # What a follower needs to open the directory itself when it takes over.
+        options = dict(
+            workflows=list(workflows), shards=shards, env=env, retry=retry, inline_sync_steps=inline_sync_steps,
+            flush=flush, step_threads=step_threads, truncate_corrupt=truncate_corrupt,
+            segment_bytes=segment_bytes, blob_threshold=blob_threshold, checkpoint_every=checkpoint_every,
+            checkpoint_interval=checkpoint_interval, checkpoint_bytes=checkpoint_bytes, park_after=park_after,
+            max_loaded=max_loaded, retention=retention, keep_history=keep_history, codec=codec, limits=limits,
+            telemetry=telemetry, route_timeout=route_timeout,
+        )
+        workflows = options["workflows"]  # type: ignore[assignment]
+        if not isinstance(route_timeout, (int, float)) or isinstance(route_timeout, bool) or route_timeout <= 0:
+            raise ValueError(f"route_timeout must be a positive number of seconds, got {route_timeout!r}")
         tel_config = telemetry_config.resolve(telemetry)
         opened_at = asyncio.get_running_loop().time()  # for the recovery line of the log
         registry: dict[tuple[str, int], WorkflowDef[Any, Any]] = {}
@@ -368,10 +424,39 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
         elif flush is not None:
             raise ValueError("flush=... applies to the engine's own Env: with env=..., set the Env's flush_mode")
         dir_path = MEMORY_PATH if path is None else os.fspath(path)
+        # Many processes on one directory: only for an engine on the real disk that writes.
+        from fusee.storage.posix import PosixStorage as _Posix
+
+        on_postgres = pg_store.is_dsn(dir_path)
+        shared = (own_env and path is not None and not read_only and not on_postgres
+                  and isinstance(env.storage, _Posix))
+        if shared and _lock is None:
+            from fusee.scale.follower import HELD_HERE, dir_key
+
+            if dir_key(dir_path) in HELD_HERE:
+                if own_env and isinstance(env, RealEnv):
+                    env.close()
+                raise DirectoryLocked(dir_path, os.getpid())
         # Segments are preallocated: 64 MiB on a disk, 1 MiB in memory (an engine
         # for tests opens in a millisecond instead of zeroing 64 MiB).
         seg_bytes = segment_bytes if segment_bytes is not None else (1 << 20 if path is None else 64 << 20)
+        if not on_postgres and (namespace is not None or lease_ttl is not None):
+            raise ValueError("namespace= and lease_ttl= apply to a PostgreSQL DSN "
+                             "('postgresql://...'), not to a directory")
+        if on_postgres and (read_only or truncate_corrupt):
+            raise ValueError("read_only= and truncate_corrupt= apply to a directory; "
+                             "a PostgreSQL namespace supports neither yet")
+
         def open_log() -> tuple[SharedLog, Any]:
+            if on_postgres:
+                from fusee.storage.postgres.log import PostgresLog
+
+                pg_log, pg_recovery = PostgresLog.open(
+                    dir_path, shards,
+                    namespace=pg_store.DEFAULT_NAMESPACE if namespace is None else namespace,
+                    lease_ttl=pg_store.DEFAULT_LEASE_TTL if lease_ttl is None else lease_ttl)
+                # The same interface as SharedLog (the committer and runtime see no difference).
+                return cast(SharedLog, pg_log), pg_recovery
             return SharedLog.open(
                 env.storage,
                 dir_path,
@@ -381,19 +466,32 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
                 truncate_corrupt=truncate_corrupt,
                 rng=env.rng,
                 read_only=read_only,
+                lock=_lock,
+                epoch=(_epoch or True) if shared else False,
             )
 
         # Recovery reads files: off the loop on a real disk, inline on memory or in a simulation.
-        if own_env and path is not None:
-            log, recovery = await asyncio.get_running_loop().run_in_executor(None, open_log)
-        else:
-            log, recovery = open_log()
+        try:
+            if own_env and path is not None:
+                log, recovery = await asyncio.get_running_loop().run_in_executor(None, open_log)
+            else:
+                log, recovery = open_log()
+        except DirectoryLocked:
+            if own_env and isinstance(env, RealEnv):
+                env.close()
+            if not shared or exclusive or _lock is not None:
+                raise
+            from fusee.scale.follower import Follower
+
+            return await Follower.follow(dir_path, options, route_timeout)
         self = object.__new__(cls)
         self._env = env
         self._own_env = own_env
         self._log = log
         self._closed = False
         self._read_only = read_only
+        self._route_server = None
+        self._held_key = None
         self._committer = GroupCommitter(
             log,
             run_blocking=env.run_step if sabotage.active.flush_shares_step_pool else env.run_io,
@@ -421,7 +519,7 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
 
             self._telemetry = OTelTelemetry(
                 tracer_provider=tel_config.tracer_provider, meter_provider=tel_config.meter_provider,
-                traces=tel_config.traces, metrics=tel_config.metrics, path=dir_path,
+                traces=tel_config.traces, metrics=tel_config.metrics, path=log.dir.path,
                 snapshot=lambda: visibility.metrics(self._rt, self._committer), loop=self._rt.loop,
                 trace_of=self._rt.trace_of,
             )
@@ -457,12 +555,46 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
         logger.info(
             "opened %s in %.3f s: %d records read after the checkpoint; %d workflows, %d loaded "
             "(%d replayed), %d stuck",
-            dir_path, rt.loop.time() - opened_at, self.recovered_records, len(rt.wf), rt.loaded_runs,
+            log.dir.path, rt.loop.time() - opened_at, self.recovered_records, len(rt.wf), rt.loaded_runs,
             rt.stats["replays"], len(rt.stuck),
         )
         if interval is not None and not read_only:
             periodic.every(rt.loop, interval, self._periodic_checkpoint, self._wake_on_append)
+        if shared:
+            await self._serve_followers(dir_path, _lock is None)
         return self
+
+    async def _serve_followers(self, dir_path: str, register: bool) -> None:
+        """Owner of a directory other processes may open: serve their routed calls."""
+        from fusee.scale.follower import HELD_HERE, dir_key
+        from fusee.scale.lease import DirectoryLease
+        from fusee.scale.server import RouteServer
+
+        d = self._log.dir
+        assert d._lock is not None and d.epoch > 0, "an owner holds the lock under an epoch"
+        if register:
+            self._held_key = dir_key(dir_path)
+            if self._held_key is not None:
+                HELD_HERE.add(self._held_key)
+        server = RouteServer(self, DirectoryLease.adopt(dir_path, d._lock, d.epoch), dir_path)
+        try:
+            await server.start()
+        except OSError as e:
+            # Followers cannot reach us; this process still works alone.
+            logger.warning("owner of %s cannot serve other processes (%s): their calls will fail", dir_path, e)
+            return
+        self._route_server = server
+
+    @property
+    def epoch(self) -> int:
+        """The directory's owner epoch this engine writes under (0: in memory, read-only or
+        simulated). Each new owner of a directory has a larger one."""
+        return self._log.dir.epoch
+
+    @property
+    def is_owner(self) -> bool:
+        """Whether this engine runs the directory's workflows (a follower routes its calls)."""
+        return not self._read_only
 
     def _periodic_checkpoint(self) -> bool | None:
         """One tick of ``checkpoint_interval``: False once the engine is closed (the ticks stop),
@@ -1246,8 +1378,14 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
             failed = e
             logger.error("the checkpoint at close failed: %s", e)
         finally:
+            if self._route_server is not None:
+                await self._route_server.close()  # before the lock goes: the next owner reuses the address
             await self._committer.close()
             self._log.close()
+            if self._held_key is not None:
+                from fusee.scale.follower import HELD_HERE
+
+                HELD_HERE.discard(self._held_key)
             if self._own_env and isinstance(self._env, RealEnv):
                 self._env.close()
         if failed is not None:

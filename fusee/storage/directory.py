@@ -7,6 +7,9 @@
     <dir>/checkpoint    the latest checkpoint
     <dir>/log/          log segments, NNNNNNNNNNNN.seg, and ``newest`` (the newest segment's number)
     <dir>/blobs/        large records, <life>-<n>.blob
+    <dir>/epoch         the number of owners the directory had (each writes it + 1, durably,
+                        before it appends: see fusee.scale)
+    <dir>/owner         where the current owner serves routed calls (fusee.scale), if it does
 
 The lock is a ``flock`` on the directory itself, so deleting ``lock`` cannot
 let a second writer in. A read-only open takes no lock: it reads what the
@@ -21,7 +24,13 @@ import os
 import posixpath
 
 from fusee import sabotage
-from fusee.errors import InvalidMeta, NotAnEngineDirectory, ShardCountMismatch, StorageError
+from fusee.errors import (
+    InvalidMeta,
+    NotAnEngineDirectory,
+    ShardCountMismatch,
+    StaleEpoch,
+    StorageError,
+)
 from fusee.storage.seam import LockHandle, Storage, write_durably
 
 #: The layout and log format this code writes (the original's "format 3": one shared log).
@@ -31,6 +40,7 @@ MAX_SHARDS = 4096
 #: A meta file is a few dozen bytes; anything much larger is not ours.
 MAX_META_BYTES = 4096
 META = "meta"
+EPOCH = "epoch"
 #: What an interrupted creation may leave in a directory that has no meta file yet.
 _CREATION_LEFTOVERS = frozenset({"meta.tmp"})
 
@@ -47,6 +57,9 @@ class EngineDirectory:
         #: Opened read-only while a writer holds the directory (its log may grow meanwhile).
         self.live = False
         self._lock: LockHandle | None = lock
+        #: This owner's epoch (0: the open did not take one, e.g. read-only or in a simulation).
+        self.epoch = 0
+        self._bump_epoch = False
 
     @property
     def log_dir(self) -> str:
@@ -57,7 +70,8 @@ class EngineDirectory:
         return f"{self.path}/blobs"
 
     @classmethod
-    def open(cls, storage: Storage, path: str, shards: int, *, read_only: bool = False) -> EngineDirectory:
+    def open(cls, storage: Storage, path: str, shards: int, *, read_only: bool = False,
+             lock: LockHandle | None = None, epoch: int | bool = False) -> EngineDirectory:
         """Creates the directory if needed, takes its lock and checks (or writes) its meta file.
 
         Raises ``NotAnEngineDirectory`` for a file, or a non-empty directory
@@ -67,6 +81,10 @@ class EngineDirectory:
         ``InvalidMeta`` if its meta file is damaged. ``read_only`` writes
         nothing at all and takes no lock: the directory must exist and be an engine
         directory, and may be held by a live writer (then ``live`` is True).
+        ``lock``: the directory's lock, already taken by the caller (a lease won by
+        waiting); it is released on failure as one taken here would be. ``epoch``:
+        True writes the next epoch (the previous + 1) durably before anything else
+        is written; an int records an epoch the caller's lease already wrote.
         """
         if not isinstance(shards, int) or not 1 <= shards <= MAX_SHARDS:
             raise ValueError(f"shards must be an int from 1 to {MAX_SHARDS}, not {shards!r}")
@@ -89,9 +107,14 @@ class EngineDirectory:
             d._setup()
             d.live = storage.held(path)
             return d
-        lock = storage.lock(path, shared=read_only)
+        if lock is None:
+            lock = storage.lock(path, shared=read_only)
         try:
             d = cls(storage, path, lock, shards, read_only)
+            if epoch is True:
+                d._bump_epoch = True
+            elif epoch:
+                d.epoch = int(epoch)
             d._setup()
         except BaseException:
             storage.unlock(lock)
@@ -120,6 +143,8 @@ class EngineDirectory:
                 )
         if self.read_only:
             return
+        if self._bump_epoch:
+            self.epoch = bump_epoch(s, self.path)
         created = False
         for sub in (self.log_dir, self.blob_dir):
             if not s.exists(sub):
@@ -191,6 +216,40 @@ def read_meta(storage: Storage, path: str) -> int:
             f"found {shards!r}. Restore it from a backup or rewrite it with the directory's shard count."
         )
     return shards
+
+
+def read_epoch(storage: Storage, path: str) -> int:
+    """The epoch ``path/epoch`` holds (0: none yet). Raises ``InvalidMeta`` when it is damaged."""
+    f = f"{path.rstrip('/') or '/'}/{EPOCH}"
+    if not storage.exists(f):
+        return 0
+    fh = storage.open(f)
+    try:
+        raw = storage.pread(fh, 64, 0)
+    finally:
+        storage.close(fh)
+    try:
+        value = int(raw.decode().strip())
+    except (UnicodeDecodeError, ValueError):
+        raise InvalidMeta(f"{f} is damaged: it should hold one integer, found {raw[:40]!r}. "
+                          "Write the highest epoch you know (or a large number) into it") from None
+    if value < 0:
+        raise InvalidMeta(f"{f} holds a negative epoch ({value}); write a positive number into it")
+    return value
+
+
+def bump_epoch(storage: Storage, path: str) -> int:
+    """Writes the next epoch (the previous + 1) durably and returns it; call it holding the lock.
+
+    Epochs never go back: a reader that saw epoch N knows every owner after it has a larger one.
+    """
+    path = path.rstrip("/") or "/"
+    previous = read_epoch(storage, path)
+    epoch = previous + 1
+    write_durably(storage, path, EPOCH, f"{epoch}\n".encode())
+    if read_epoch(storage, path) != epoch:  # pragma: no cover - a file system that lost a rename
+        raise StaleEpoch(f"{path}/{EPOCH} does not hold the epoch {epoch} just written durably")
+    return epoch
 
 
 def existing_shards(storage: Storage, path: str) -> int | None:

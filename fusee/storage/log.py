@@ -210,7 +210,8 @@ class SharedLog:
     def open(cls, storage: Storage, path: str, shards: int, *, segment_bytes: int = 64 << 20,
              blob_threshold: int = 256 << 10, truncate_corrupt: bool = False,
              rng: random.Random | None = None, align: int = 4096,
-             read_only: bool = False) -> tuple[SharedLog, Recovery]:
+             read_only: bool = False, lock: int | None = None,
+             epoch: int | bool = False) -> tuple[SharedLog, Recovery]:
         """Locks the directory, checks its meta file, recovers, and starts a new segment.
 
         ``align`` is where batches start (a power of two ≥ 512): no write ever
@@ -222,7 +223,7 @@ class SharedLog:
         ``DiskFull``/``LogFailed``. Recovery makes what it read durable before
         anything builds on it. ``read_only`` reads the log under a shared lock
         and writes nothing (no segment, no sync, no cleanup): the log then
-        takes no appends.
+        takes no appends. ``lock`` and ``epoch``: see ``EngineDirectory.open``.
         """
         if align < 512 or align & (align - 1):
             raise ValueError(f"align must be a power of two of at least 512, not {align}")
@@ -232,7 +233,8 @@ class SharedLog:
             raise ValueError("truncate_corrupt writes: it cannot be combined with read_only")
         rng = rng if rng is not None else random.Random(os.urandom(16))
         try:
-            directory = EngineDirectory.open(storage, path, shards, read_only=read_only)
+            directory = EngineDirectory.open(storage, path, shards, read_only=read_only, lock=lock,
+                                             epoch=epoch)
         except OSError as e:  # e.g. the meta file's fdatasync failed: the same errors as the log's
             raise _io_error(e, "opening the engine directory", at_open=True) from e
         log = cls(storage, directory, shards, segment_bytes=segment_bytes,

@@ -1,0 +1,728 @@
+"""A follower: an ``Engine.open`` of a directory another process owns.
+
+It runs no workflow code. Every call is encoded (payloads checked and
+encoded with the caller's own annotations, as the owner would) and routed to
+the owner over its socket; the answer comes back typed by the caller's
+annotations. Synchronous reads (``describe``, ``list``, ``runs``,
+``metrics``) cannot wait for a socket without blocking the loop: they answer
+from a read-only view of the directory, refreshed in the background (see
+:meth:`Follower.refresh`).
+
+A thread waits for the directory's lease. When the owner dies, the kernel
+releases its lock, one follower gets it, opens the directory as an owner (a
+new epoch, recovery as at a restart), serves, and from then on runs its own
+calls locally; the others reconnect to it. A call in flight when the owner
+died is sent again when that is safe (it names its effect: an update or
+object call ID, a signal's dedup key, which a follower always gives, a start
+that fails or attaches, reads); otherwise it raises
+:class:`fusee.errors.OutcomeUnknown`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import random
+import threading
+import types
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+from fusee import codec, journal_file
+from fusee.core import records as rec
+from fusee.definitions import QueryDef, SignalDef, UpdateDef, WorkflowDef
+from fusee.durations import to_ms
+from fusee.engine.engine import Engine, RunHandle, RunSummary
+from fusee.engine.visibility import Metrics, RunPage
+from fusee.errors import (
+    AlreadyExists,
+    EngineClosed,
+    FuseeError,
+    NotWindowed,
+    OutcomeUnknown,
+    OwnerUnreachable,
+    StorageError,
+    WrongEventLoop,
+)
+from fusee.flow.api import ScheduleList
+from fusee.flow.rules import Receipt
+from fusee.limits import Limit, LimitStatus
+from fusee.objects import ObjectDef
+from fusee.runtime.runtime import IF_FINISHED, IF_RUNNING
+from fusee.scale import wire
+from fusee.scale.lease import DirectoryLease, read_owner
+from fusee.scale.server import dispatch, os_address
+
+logger = logging.getLogger("fusee.scale")
+
+#: How long a follower's view of the directory serves synchronous reads before it is read again.
+VIEW_TTL = 0.2
+#: How many times a follower reads the live directory for its view before giving up until the next read.
+_VIEW_TRIES = 5
+#: Directories this process has open (as owner or follower), by (device, inode): a second
+#: open in one process is refused as it always was, instead of following itself.
+HELD_HERE: set[tuple[int, int]] = set()
+
+
+def dir_key(path: str) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+class _Lost(Exception):
+    """The connection to the owner broke before the answer came."""
+
+
+class _Connection:
+    """One socket to the owner; requests multiplexed by ID."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, epoch: int) -> None:
+        self.reader, self.writer, self.epoch = reader, writer, epoch
+        self.pending: dict[int, asyncio.Future[Any]] = {}
+        self.next_id = 0
+        self.alive = True
+        self.task = asyncio.create_task(self._read())
+
+    async def _read(self) -> None:
+        try:
+            while True:
+                rid, status, value = await wire.read_frame(self.reader)
+                fut = self.pending.pop(rid, None)
+                if fut is None or fut.done():
+                    continue
+                if status == wire.OK:
+                    fut.set_result(value)
+                else:
+                    fut.set_exception(wire.error_from_wire(value))
+        except (asyncio.IncompleteReadError, ConnectionError, OSError, ValueError):
+            pass
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        if not self.alive:
+            return
+        self.alive = False
+        for fut in self.pending.values():
+            if not fut.done():
+                fut.set_exception(_Lost())
+        self.pending.clear()
+        self.writer.close()
+
+    async def call(self, method: str, args: list[Any]) -> Any:
+        if not self.alive:
+            raise _Lost()
+        self.next_id += 1
+        rid = self.next_id
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self.pending[rid] = fut
+        try:
+            self.writer.write(wire.frame([rid, method, args]))
+        except (ConnectionError, OSError, RuntimeError):
+            self.pending.pop(rid, None)
+            self.close()
+            raise _Lost() from None
+        try:
+            return await fut
+        finally:
+            self.pending.pop(rid, None)
+
+
+class _Call:
+    """What happened to one routed call: whether it was sent again after losing its owner."""
+
+    __slots__ = ("again", "retried")
+
+    def __init__(self, again: list[Any] | None = None) -> None:
+        self.retried = False
+        #: The arguments to send instead when the call is sent again.
+        self.again = again
+
+
+def _secs(d: Any) -> float | None:
+    return None if d is None else to_ms(d) / 1000
+
+
+class Follower(Engine):
+    """An engine on a directory another process owns: its calls run on the owner.
+
+    Made by :meth:`fusee.Engine.open` when the directory is held by another process
+    (pass ``exclusive=True`` to get :class:`fusee.errors.DirectoryLocked` instead).
+    Every call keeps its meaning: an acknowledgement means durable on the owner.
+    """
+
+    _path: str
+    _options: dict[str, Any]
+    _registry: dict[tuple[str, int], WorkflowDef[Any, Any]]
+    _by_name: dict[str, WorkflowDef[Any, Any]]
+    _objects: dict[str, ObjectDef[Any]]
+    _route_timeout: float
+    _lease: DirectoryLease
+    _stop: threading.Event
+    _local: Engine | None
+    _conn: _Connection | None
+    _changed: asyncio.Event
+    _view: Engine | None
+    _view_at: float
+    _view_task: asyncio.Task[None] | None
+    _tasks: set[asyncio.Task[Any]]
+    _key: tuple[int, int] | None
+    _floop: asyncio.AbstractEventLoop
+
+    @classmethod
+    async def follow(cls, path: str, options: dict[str, Any], route_timeout: float) -> Follower:
+        """A follower of ``path`` (which another process owns); starts waiting for its lease."""
+        self = object.__new__(cls)
+        self._path = path
+        self._options = options
+        self._route_timeout = float(route_timeout)
+        self._registry, self._by_name, self._objects = {}, {}, {}
+        for w in options.get("workflows", ()):
+            if isinstance(w, ObjectDef):
+                self._objects[w.name] = w
+                w = w.workflow
+            self._registry[(w.name, w.version)] = w
+            best = self._by_name.get(w.name)
+            if best is None or w.version > best.version:
+                self._by_name[w.name] = w
+        self._floop = asyncio.get_running_loop()
+        self._closed = False
+        self._read_only = False
+        self._local = None
+        self._conn = None
+        self._changed = asyncio.Event()
+        self._view, self._view_at, self._view_task = None, 0.0, None
+        self._tasks = set()
+        self._telemetry = None
+        self._route_server = None
+        self.recovered_records = 0
+        self._env = types.SimpleNamespace(rng=random.Random(os.urandom(16)))
+        self._key = dir_key(path)
+        if self._key is not None:
+            HELD_HERE.add(self._key)
+        self._stop = threading.Event()
+        self._start_waiting()
+        await self._refresh_quietly()  # without a view, sync reads say so; routed calls work anyway
+        return self
+
+    # --- the lease and takeover ---------------------------------------------------------
+
+    def _start_waiting(self) -> None:
+        self._lease = DirectoryLease(self._path)
+        lease, stop, loop = self._lease, self._stop, self._floop
+
+        def wait() -> None:
+            try:
+                won = lease.wait_acquire(stop)
+            except Exception as e:  # e.g. the directory was removed
+                logger.error("follower of %s stopped waiting for its lease: %s", self._path, e)
+                return
+            if won:
+                try:
+                    loop.call_soon_threadsafe(self._spawn, self._take_over())
+                except RuntimeError:  # the loop is closed: give the lease back for another follower
+                    lease.release()
+
+        threading.Thread(target=wait, name=f"fusee-lease {self._path}", daemon=True).start()
+
+    def _spawn(self, coro: Awaitable[Any]) -> None:
+        t = asyncio.ensure_future(coro)
+        self._tasks.add(t)
+        t.add_done_callback(self._tasks.discard)
+
+    async def _take_over(self) -> None:
+        """The owner is gone and we hold the lease: open the directory as its owner."""
+        if self._closed:
+            self._lease.release()
+            return
+        fd = self._lease.handover()
+        try:
+            eng = await Engine._open(self._path, **self._options, _lock=fd, _epoch=self._lease.epoch)
+        except Exception as e:
+            logger.error("follower of %s took the lease (epoch %d) but could not open the directory: %s; "
+                         "waiting for the lease again", self._path, self._lease.epoch, e)
+            self._start_waiting()
+            return
+        if self._closed:
+            await eng.close()
+            return
+        logger.info("took over %s as owner (epoch %d)", self._path, eng.epoch)
+        self._local = eng
+        if self._conn is not None:
+            self._conn.close()
+        self._wake()
+
+    def _wake(self) -> None:
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    @property
+    def is_owner(self) -> bool:
+        return self._local is not None
+
+    @property
+    def epoch(self) -> int:
+        if self._local is not None:
+            return self._local.epoch
+        found = read_owner(self._path)
+        return found[0] if found else 0
+
+    # --- routing --------------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        try:
+            loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = None
+        if loop is not self._floop:
+            raise WrongEventLoop("the engine was called from another thread or event loop than the one "
+                                 "it was opened on; use engine.run_threadsafe(...) from other threads")
+        if self._closed:
+            raise EngineClosed("the engine is closed: open it again to continue")
+
+    async def _connect(self, deadline: float) -> _Connection | None:
+        """A live connection to the owner, or None once this process became the owner."""
+        loop = asyncio.get_running_loop()
+        pause = 0.001
+        while True:
+            if self._local is not None:
+                return None
+            if self._conn is not None and self._conn.alive:
+                return self._conn
+            found = read_owner(self._path)
+            if found is not None:
+                epoch, address, _pid = found
+                try:
+                    reader, writer = await asyncio.open_unix_connection(os_address(address), limit=1 << 20)
+                except OSError:
+                    pass  # a dead owner's address: its successor has not published yet
+                else:
+                    if self._local is not None:
+                        writer.close()
+                        return None
+                    self._conn = _Connection(reader, writer, epoch)
+                    return self._conn
+            left = deadline - loop.time()
+            if left <= 0:
+                raise OwnerUnreachable(
+                    f"no owner of {self._path} answered within {self._route_timeout:g} s: the call was not "
+                    "sent, so nothing was done. Is a process holding the directory (stopped, or still "
+                    "recovering)? Make the call again, or open with a longer route_timeout=")
+            changed = self._changed
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(changed.wait(), min(pause, left))
+            pause = min(pause * 2, 0.05)
+
+    async def _route(self, method: str, args: list[Any], *, safe: bool, call: _Call | None = None) -> Any:
+        """Runs ``method`` on the owner (or here, once this process owns the directory)."""
+        self._check_open()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._route_timeout
+        while True:
+            if self._local is not None:
+                return await dispatch(self._local, method, args)
+            conn = await self._connect(deadline)
+            if conn is None:
+                continue
+            try:
+                return await conn.call(method, args)
+            except (_Lost, EngineClosed) as e:
+                lost = isinstance(e, _Lost)
+                if not lost and not safe:
+                    raise
+                conn.close()
+                if not safe:
+                    raise OutcomeUnknown(
+                        f"the owner of {self._path} (epoch {conn.epoch}) went away while it ran "
+                        f"{method}: it may or may not have been done, and repeating it is not safe. "
+                        "Look at the run (describe, journal) once another owner serves, then decide "
+                        "whether to call again", method=method) from None
+                if self._closed:
+                    raise EngineClosed("the engine was closed while a call waited for its owner") from None
+                if call is not None:
+                    call.retried = True
+                    if call.again is not None:
+                        args = call.again
+                deadline = loop.time() + self._route_timeout  # the next owner gets a full deadline
+
+    # --- encoding the caller's values -------------------------------------------------------
+
+    def _workflow_input(self, workflow: Any, input: Any) -> tuple[Any, bytes | None]:
+        if isinstance(workflow, WorkflowDef):
+            wdef: WorkflowDef[Any, Any] | None = workflow
+            ref: Any = [workflow.name, workflow.version]
+        elif isinstance(workflow, str):
+            wdef, ref = self._by_name.get(workflow), workflow
+        else:
+            raise TypeError(f"expected a @fusee.workflow or its name, got {workflow!r}")
+        if wdef is None:
+            return ref, None if input is None else codec.encode(input)
+        if not wdef.takes_input and input is not None:
+            raise TypeError(f"workflow '{wdef.name}' takes no input, got {type(input).__name__}")
+        if not wdef.takes_input:
+            return ref, None
+        return ref, codec.encode_input(wdef, input)
+
+    def _handle(self, got: list[Any]) -> RunHandle[Any]:
+        return RunHandle(self, got[0], got[1])
+
+    # --- the client API, routed -------------------------------------------------------------
+
+    async def start(
+        self, workflow: WorkflowDef[Any, Any] | str, workflow_id: str, input: Any = None, *,
+        if_running: str = "fail", if_finished: str = "fail", timeout: Any = None,
+    ) -> RunHandle[Any]:
+        """See :meth:`fusee.Engine.start`; durable on the owner when it returns."""
+        self._check_open()
+        wid = self._check_id(workflow_id)
+        if if_running not in IF_RUNNING:
+            raise ValueError(f"if_running must be one of {IF_RUNNING}, got {if_running!r}")
+        if if_finished not in IF_FINISHED:
+            raise ValueError(f"if_finished must be one of {IF_FINISHED}, got {if_finished!r}")
+        ref, inp = self._workflow_input(workflow, input)
+        safe = if_running in ("fail", "attach") and if_finished in ("fail", "attach")
+        args = [ref, wid, inp, if_running, if_finished, _secs(timeout)]
+        call = _Call(again=[*args, True])
+        try:
+            got = await self._route("start", args, safe=safe, call=call)
+        except AlreadyExists:
+            if call.retried:
+                raise OutcomeUnknown(
+                    f"the owner went away while it started {wid!r}; the start was sent again to the next "
+                    f"owner, which found {wid!r} already there with another workflow or input: it may be "
+                    f"this call's start or another's. engine.get({wid!r}).describe() shows the run",
+                    method="start") from None
+            raise
+        return self._handle(got)
+
+    def get(self, workflow_id: str) -> RunHandle[Any]:
+        """A handle to ``workflow_id``. On a follower the ID is not checked here (the view may
+        not show a run started a moment ago): the handle's calls raise ``NotFound`` instead."""
+        if self._local is not None:
+            return self._local.get(workflow_id)
+        self._check_open()
+        wid = self._check_id(workflow_id)
+        st = self._view._rt.wf.get(wid) if self._view is not None else None
+        return RunHandle(self, wid, st.run_id if st is not None else 0)
+
+    async def _result(self, workflow_id: str) -> Any:
+        wtype, version, data = await self._route("result", [workflow_id], safe=True)
+        wdef = self._registry.get((wtype, version))
+        return codec.decode(data, wdef.result_type if wdef is not None else Any)
+
+    async def signal(
+        self, workflow_id: str, signal: SignalDef[Any], value: Any = None, *,
+        dedup_key: str | None = None, by: str | None = None,
+    ) -> None:
+        """See :meth:`fusee.Engine.signal`. Without a ``dedup_key`` a follower gives one of its
+        own, so that a signal in flight when the owner died is sent again safely (once)."""
+        self._check_open()
+        if not isinstance(signal, SignalDef):
+            raise TypeError(f"signal takes a signal made with fusee.signal(...), got {signal!r}")
+        wid = self._check_id(workflow_id)
+        payload = codec.encode_signal(signal, value)
+        if dedup_key is not None and (not isinstance(dedup_key, str) or not dedup_key):
+            raise TypeError(f"dedup_key must be a non-empty string, got {dedup_key!r}")
+        key = dedup_key if dedup_key is not None else "route:" + self._token()
+        await self._route("signal", [wid, signal.name, payload, key, by], safe=True)
+        self._stale()
+
+    async def query(self, workflow_id: str, query: QueryDef[Any], arg: Any = None) -> Any:
+        """See :meth:`fusee.Engine.query`; the answer is typed by ``query``'s ``result_type``."""
+        self._check_open()
+        if not isinstance(query, QueryDef):
+            raise TypeError(f"query takes a query made with fusee.query(...), got {query!r}")
+        wid = self._check_id(workflow_id)
+        data = await self._route("query", [wid, query.name, None if arg is None else codec.encode(arg)], safe=True)
+        return codec.decode(data, query.result_type)
+
+    async def update(
+        self, workflow_id: str, update: UpdateDef[Any], arg: Any = None, *, update_id: str | None = None,
+    ) -> Any:
+        """See :meth:`fusee.Engine.update` (a follower gives an ``update_id`` when none is given)."""
+        self._check_open()
+        if not isinstance(update, UpdateDef):
+            raise TypeError(f"update takes an update made with fusee.update(...), got {update!r}")
+        wid = self._check_id(workflow_id)
+        uid = self._update_id(update_id)
+        data = await self._route("update", [wid, update.name, codec.encode_update_arg(update, arg), uid], safe=True)
+        self._stale()
+        return codec.decode(data, update.result_type)
+
+    async def update_with_start(
+        self, workflow: WorkflowDef[Any, Any] | str, workflow_id: str, input: Any, update: UpdateDef[Any],
+        arg: Any = None, *, update_id: str | None = None, timeout: Any = None,
+    ) -> Any:
+        """See :meth:`fusee.Engine.update_with_start`."""
+        self._check_open()
+        wid = self._check_id(workflow_id)
+        if not isinstance(update, UpdateDef):
+            raise TypeError(f"update_with_start takes an update made with fusee.update(...), got {update!r}")
+        ref, inp = self._workflow_input(workflow, input)
+        uid = self._update_id(update_id)
+        data = await self._route(
+            "update_with_start",
+            [ref, wid, inp, update.name, codec.encode_update_arg(update, arg), uid, _secs(timeout)], safe=True)
+        self._stale()
+        return codec.decode(data, update.result_type)
+
+    def _update_id(self, update_id: str | None) -> str:
+        if update_id is None:
+            return self._token()
+        if not isinstance(update_id, str) or not update_id:
+            raise TypeError("update_id must be a non-empty string")
+        return update_id
+
+    def _token(self) -> str:
+        return self._env.rng.getrandbits(128).to_bytes(16, "big").hex()
+
+    async def _reset(
+        self, workflow_id: str, new_id: str | None, before_step: str | None, before_position: int | None,
+        reapply_signals: bool, version: int | None, by: str | None,
+    ) -> RunHandle[Any]:
+        got = await self._route("reset", [self._check_id(workflow_id), new_id, before_step, before_position,
+                                          bool(reapply_signals), version, by], safe=False)
+        self._stale()
+        return self._handle(got)
+
+    async def cancel(self, workflow_id: str, reason: str = "", *, by: str | None = None) -> None:
+        """See :meth:`fusee.Engine.cancel` (sent again after a takeover: a second request is harmless)."""
+        await self._route("cancel", [self._check_id(workflow_id), str(reason), by], safe=True)
+        self._stale()
+
+    async def terminate(self, workflow_id: str, reason: str = "", *, by: str | None = None) -> None:
+        """See :meth:`fusee.Engine.terminate`."""
+        await self._route("terminate", [self._check_id(workflow_id), str(reason), by], safe=False)
+        self._stale()
+
+    async def resume(self, workflow_id: str, *, by: str | None = None) -> None:
+        """See :meth:`fusee.Engine.resume`."""
+        await self._route("resume", [self._check_id(workflow_id), by], safe=True)
+        self._stale()
+
+    async def complete(self, token: str, value: Any = None, *, by: str | None = None) -> bool:
+        """See :meth:`fusee.Engine.complete`."""
+        return bool(await self._route("complete", [token, codec.encode(value), by], safe=False))
+
+    async def fail_completion(self, token: str, message: str = "", *, by: str | None = None) -> bool:
+        """See :meth:`fusee.Engine.fail_completion`."""
+        return bool(await self._route("fail_completion", [token, str(message), by], safe=False))
+
+    async def journal(self, workflow_id: str) -> list[rec.Record]:
+        """See :meth:`fusee.Engine.journal`."""
+        got = await self._route("journal", [self._check_id(workflow_id)], safe=True)
+        return [rec.decode(b) for b in got]
+
+    async def read_stream_batch(
+        self, workflow_id: str, name: str, offset: int = 0, *, wait: Any = None
+    ) -> tuple[list[Any], int, bool]:
+        """See :meth:`fusee.Engine.read_stream_batch`."""
+        data, nxt, ended = await self._route(
+            "read_stream", [self._check_id(workflow_id), name, offset, _secs(wait)], safe=True)
+        return codec.decode(data), nxt, ended
+
+    async def read_stream(self, workflow_id: str, name: str, offset: int = 0) -> AsyncIterator[Any]:
+        """See :meth:`fusee.Engine.read_stream`."""
+        while True:
+            chunks, offset, ended = await self.read_stream_batch(workflow_id, name, offset, wait=30.0)
+            for chunk in chunks:
+                yield chunk
+            if ended:
+                return
+
+    async def export(self, workflow_id: str, path: str | os.PathLike[str]) -> int:
+        """See :meth:`fusee.Engine.export` (the file is written by this process)."""
+        journal = await self.journal(workflow_id)
+        await asyncio.get_running_loop().run_in_executor(None, journal_file.write, path, journal)
+        return len(journal)
+
+    async def checkpoint(self) -> None:
+        """Asks the owner to write a checkpoint now."""
+        await self._route("checkpoint", [], safe=True)
+
+    # --- objects, schedules and windows -------------------------------------------------------
+
+    def _check_object(self, obj: ObjectDef[Any]) -> None:
+        self._check_open()
+        if not isinstance(obj, ObjectDef):
+            raise TypeError(f"expected an object made with fusee.object(...), got {obj!r}")
+
+    async def schedule(
+        self, schedule_id: str, workflow: WorkflowDef[Any, Any] | str, input: Any = None, *, every: Any = None,
+        cron: str | None = None, timezone: str = "UTC", jitter: Any = None, overlap: str = "skip",
+        catchup_window: Any = "1h", paused: bool = False,
+    ) -> None:
+        """See :meth:`fusee.Engine.schedule` (the same spec twice does nothing: sent again safely)."""
+        ref, inp = self._workflow_input(workflow, input)
+        await self._route("schedule", [schedule_id, ref, inp, _secs(every), cron, timezone, _secs(jitter),
+                                       overlap, _secs(catchup_window), bool(paused)], safe=True)
+
+    async def _schedule_state(self, schedule_id: str, request: dict[str, Any]) -> dict[str, Any]:
+        safe = request.get("op") in ("describe", "pause", "unpause")
+        got: dict[str, Any] = await self._route("schedule_state", [schedule_id, request], safe=safe)
+        return got
+
+    def schedules(self) -> ScheduleList:
+        """On a follower: the schedules its view of the directory shows (none until the view's
+        owner ran them; use ``describe_schedule`` for one schedule's current state)."""
+        if self._local is not None:
+            return self._local.schedules()
+        return ScheduleList()
+
+    async def enqueue(
+        self, workflow: WorkflowDef[Any, Any] | str, key: str, event: Any, *, event_id: str | None = None,
+    ) -> Receipt:
+        """See :meth:`fusee.Engine.enqueue` (a follower gives an ``event_id`` when none is given)."""
+        self._check_open()
+        wdef = workflow if isinstance(workflow, WorkflowDef) else self._by_name.get(str(workflow))
+        if wdef is not None and wdef.window is None:
+            raise NotWindowed(f"workflow '{wdef.name}' has no window: declare it with "
+                              "@fusee.workflow(name, debounce=fusee.Debounce(...)) or batch=fusee.Batch(...)")
+        ref = [wdef.name, wdef.version] if wdef is not None else workflow
+        if event_id is not None and (not isinstance(event_id, str) or not event_id):
+            raise TypeError(f"event_id must be a non-empty string, got {event_id!r}")
+        eid = event_id if event_id is not None else self._token()
+        data = codec.encode_input(wdef, [event]) if wdef is not None else codec.encode([event])
+        window_id, position = await self._route(
+            "enqueue", [ref, key, codec.encode(codec.decode(data)[0]), eid], safe=True)
+        return Receipt(window_id, position)
+
+    # --- synchronous reads: a read-only view of the directory ---------------------------------
+
+    def _stale(self) -> None:
+        self._view_at = 0.0
+
+    async def refresh(self) -> None:
+        """Reads the directory again for the synchronous reads (``describe``, ``list``, ``runs``,
+        ``metrics``): after it, they show everything acknowledged before the call. Raises the
+        storage error when the directory could not be read (several tries: a live log may be
+        met half written)."""
+        self._check_open()
+        if self._local is None:
+            for attempt in range(_VIEW_TRIES):
+                try:
+                    await self._refresh_view()
+                    return
+                except StorageError:
+                    if attempt == _VIEW_TRIES - 1:
+                        raise
+                    await asyncio.sleep(0.01 * (attempt + 1))
+
+    async def _refresh_view(self) -> None:
+        loop = asyncio.get_running_loop()
+        at = loop.time()
+        opts = {**self._options, "read_only": True, "park_after": None, "truncate_corrupt": False,
+                "checkpoint_interval": None, "telemetry": False, "step_threads": 1}
+        view = await Engine._open(self._path, **opts)
+        old, self._view, self._view_at = self._view, view, at
+        if old is not None:
+            await old.close()
+
+    def _view_engine(self) -> Engine:
+        if self._local is not None:
+            return self._local
+        now = self._floop.time()
+        if now - self._view_at > VIEW_TTL and (self._view_task is None or self._view_task.done()) \
+                and not self._closed:
+            self._view_task = self._floop.create_task(self._refresh_quietly())
+        if self._view is None:
+            raise FuseeError(
+                f"this follower of {self._path} could not read the directory yet (the owner writes "
+                "fast, or it is damaged): await engine.refresh() and ask again")
+        return self._view
+
+    async def _refresh_quietly(self) -> None:
+        try:
+            await self.refresh()
+        except Exception as e:  # the next read tries again; the old view keeps answering
+            logger.warning("follower of %s could not read the directory again: %s", self._path, e)
+
+    def describe(self, workflow_id: str) -> RunSummary:
+        """See :meth:`fusee.Engine.describe`. On a follower, from its view of the directory, which
+        may lag the owner by about 0.2 s (``await engine.refresh()`` catches up)."""
+        return self._view_engine().describe(workflow_id)
+
+    def runs(self) -> list[RunSummary]:
+        """See :meth:`fusee.Engine.runs` (on a follower, from its view: see :meth:`describe`)."""
+        return self._view_engine().runs()
+
+    def list(self, where: str | None = None, limit: int = 100, cursor: str | None = None) -> RunPage:
+        """See :meth:`fusee.Engine.list` (on a follower, from its view: see :meth:`describe`)."""
+        return self._view_engine().list(where, limit, cursor)
+
+    def metrics(self) -> Metrics:
+        """See :meth:`fusee.Engine.metrics` (on a follower, the view's counts; flush and step
+        figures are the owner's own)."""
+        return self._view_engine().metrics()
+
+    def stuck(self) -> dict[str, str]:
+        return self._view_engine().stuck()
+
+    def limits(self) -> dict[str, LimitStatus]:
+        return self._view_engine().limits()
+
+    def set_limit(self, name: str, *, concurrency: Any = None, per_second: Any = None,
+                  weights: Any = None) -> Limit:
+        """Limits bound the owner's step executions: change them in the owning process."""
+        if self._local is not None:
+            kw = {k: v for k, v in (("concurrency", concurrency), ("per_second", per_second),
+                                     ("weights", weights)) if v is not None}
+            return self._local.set_limit(name, **kw)
+        raise FuseeError("set_limit on a follower: limits bound the steps the owner runs; call it in the "
+                         "process that owns the directory (engine.is_owner)")
+
+    @property
+    def failure(self) -> BaseException | None:
+        return self._local.failure if self._local is not None else None
+
+    @property
+    def live(self) -> bool:
+        return self._local is None
+
+    @property
+    def stats(self) -> dict[str, int]:
+        return self._local.stats if self._local is not None else {}
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        return self._floop
+
+    def run_threadsafe(self, method: Callable[..., Awaitable[Any]], *args: Any, timeout: float | None = None,
+                       **kwargs: Any) -> Any:
+        async def call() -> Any:
+            return await method(*args, **kwargs)
+
+        return asyncio.run_coroutine_threadsafe(call(), self._floop).result(timeout)
+
+    # --- closing --------------------------------------------------------------------------
+
+    async def close(self, grace: Any = 10.0) -> None:
+        """Stops following (and, if this process took the directory over, closes it as its owner)."""
+        if self._closed:
+            return
+        self._closed = True
+        self._stop.set()
+        self._lease.release()
+        if self._conn is not None:
+            self._conn.close()
+        for t in list(self._tasks):
+            t.cancel()
+        if self._view_task is not None:
+            self._view_task.cancel()
+            with contextlib.suppress(BaseException):
+                await self._view_task
+        if self._view is not None:
+            await self._view.close()
+        if self._local is not None:
+            await self._local.close(grace)
+        if self._key is not None:
+            HELD_HERE.discard(self._key)
+
+    def __repr__(self) -> str:
+        role = f"owner, epoch {self._local.epoch}" if self._local is not None else "follower"
+        return f"<fusee engine on {self._path} ({role})>"

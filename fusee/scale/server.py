@@ -1,0 +1,288 @@
+"""The owner's side of routing: a Unix socket server that runs followers' calls on its engine.
+
+Each request runs as its own task (a slow ``result()`` does not hold up a
+signal behind it) and its reply is written when the engine's call returns:
+an acknowledgement means what it means locally, durable. Nothing here runs
+until a follower connects, so a single process pays nothing for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import os
+import socket
+import struct
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from fusee import codec
+from fusee.core import records as rec
+from fusee.definitions import QueryDef, SignalDef, UpdateDef
+from fusee.errors import AlreadyExists, FuseeError
+from fusee.scale import wire
+
+if TYPE_CHECKING:
+    from fusee.engine.engine import Engine
+    from fusee.scale.lease import Lease
+
+logger = logging.getLogger("fusee.scale")
+
+#: The socket's file in the directory; an abstract socket when the path does not fit ``sun_path``.
+SOCKET_FILE = "owner.sock"
+_SUN_PATH_MAX = 107
+
+
+def socket_address(path: str, epoch: int) -> str:
+    """Where the owner of ``path`` listens: ``<path>/owner.sock``, or ``@fusee-<hash>-<epoch>``
+    (Linux's abstract namespace) when that path is too long for a Unix socket address."""
+    full = f"{os.path.abspath(path)}/{SOCKET_FILE}"
+    if len(full.encode()) <= _SUN_PATH_MAX:
+        return full
+    digest = hashlib.sha256(os.path.realpath(path).encode()).hexdigest()[:24]
+    return f"@fusee-{digest}-{epoch}"
+
+
+def os_address(address: str) -> str:
+    """The address as ``socket`` takes it (a leading NUL for the abstract namespace)."""
+    return "\0" + address[1:] if address.startswith("@") else address
+
+
+# --- the calls a follower may route -----------------------------------------------------
+
+
+def _value(data: bytes | None) -> Any:
+    return None if data is None else codec.decode(data)
+
+
+def _workflow(eng: Engine, ref: Any) -> Any:
+    """A workflow as the follower named it: ``[name, version]`` (its definition) or a name."""
+    if isinstance(ref, list):
+        found = eng._rt.versions.get((ref[0], ref[1]))
+        return found if found is not None else ref[0]
+    return ref
+
+
+async def _start(eng: Engine, wref: Any, wid: str, inp: bytes | None, if_running: str, if_finished: str,
+                 timeout: float | None, again: bool = False) -> Any:
+    workflow = _workflow(eng, wref)
+    try:
+        h = await eng.start(workflow, wid, _value(inp), if_running=if_running,
+                            if_finished=if_finished, timeout=timeout)
+    except AlreadyExists:
+        # Sent again after the previous owner died mid-call: the run found is this call's own
+        # start if it has the same workflow and input (then it answers as the first try would have).
+        if not again:
+            raise
+        st = eng._rt.current(wid)
+        first = eng._rt.journal_of(st)[0][:1]
+        wdef = eng._workflow(workflow)
+        same = (bool(first) and type(first[0]) is rec.Start and first[0].wtype == wdef.name
+                and first[0].input == codec.encode_input(wdef, _value(inp)))
+        if not same:
+            raise
+        await eng._durable(st.shard, eng._rt.durable(st.shard))
+        return [wid, st.run_id]
+    return [h.workflow_id, h.run_id]
+
+
+async def _result(eng: Engine, wid: str) -> Any:
+    value = await eng._result(wid)
+    st = eng._rt.current(wid)
+    return [st.wtype, st.version, codec.encode(value)]
+
+
+async def _signal(eng: Engine, wid: str, name: str, value: bytes | None, dedup: str | None, by: str | None) -> Any:
+    await eng.signal(wid, SignalDef(name), _value(value), dedup_key=dedup, by=by)
+
+
+async def _query(eng: Engine, wid: str, name: str, arg: bytes | None) -> Any:
+    # Raw: the answer's JSON as the workflow's own annotations made it; the caller types it.
+    answer: Any = await eng.query(wid, QueryDef(name, msgspec.Raw), _value(arg))
+    return bytes(answer)
+
+
+async def _update(eng: Engine, wid: str, name: str, arg: bytes | None, uid: str) -> Any:
+    answer = await eng.update(wid, UpdateDef(name, Any, msgspec.Raw), _value(arg), update_id=uid)
+    return bytes(answer)
+
+
+async def _update_with_start(eng: Engine, wref: Any, wid: str, inp: bytes | None, name: str, arg: bytes | None,
+                             uid: str, timeout: float | None) -> Any:
+    answer = await eng.update_with_start(_workflow(eng, wref), wid, _value(inp), UpdateDef(name, Any, msgspec.Raw),
+                                         _value(arg), update_id=uid, timeout=timeout)
+    return bytes(answer)
+
+
+async def _cancel(eng: Engine, wid: str, reason: str, by: str | None) -> Any:
+    await eng.cancel(wid, reason, by=by)
+
+
+async def _terminate(eng: Engine, wid: str, reason: str, by: str | None) -> Any:
+    await eng.terminate(wid, reason, by=by)
+
+
+async def _resume(eng: Engine, wid: str, by: str | None) -> Any:
+    await eng.resume(wid, by=by)
+
+
+async def _complete(eng: Engine, token: str, value: bytes | None, by: str | None) -> Any:
+    return await eng.complete(token, _value(value), by=by)
+
+
+async def _fail_completion(eng: Engine, token: str, message: str, by: str | None) -> Any:
+    return await eng.fail_completion(token, message, by=by)
+
+
+async def _reset(eng: Engine, wid: str, new_id: str | None, before_step: str | None, before_position: int | None,
+                 reapply: bool, version: int | None, by: str | None) -> Any:
+    h = await eng._reset(wid, new_id, before_step, before_position, reapply, version, by)
+    return [h.workflow_id, h.run_id]
+
+
+async def _journal(eng: Engine, wid: str) -> Any:
+    return [rec.encode(r) for r in await eng.journal(wid)]
+
+
+async def _read_stream(eng: Engine, wid: str, name: str, offset: int, wait: float | None) -> Any:
+    chunks, nxt, ended = await eng.read_stream_batch(wid, name, offset, wait=wait)
+    return [codec.encode(chunks), nxt, ended]
+
+
+async def _checkpoint(eng: Engine) -> Any:
+    await eng.checkpoint()
+
+
+async def _schedule(eng: Engine, sid: str, wref: Any, inp: bytes | None, every: float | None, cron: str | None,
+                    timezone: str, jitter: float | None, overlap: str, catchup: float, paused: bool) -> Any:
+    await eng.schedule(sid, _workflow(eng, wref), _value(inp), every=every, cron=cron, timezone=timezone,
+                       jitter=jitter, overlap=overlap, catchup_window=catchup, paused=paused)
+
+
+async def _schedule_state(eng: Engine, sid: str, request: dict[str, Any]) -> Any:
+    return await eng._schedule_state(sid, request)
+
+
+async def _enqueue(eng: Engine, wref: Any, key: str, event: bytes | None, event_id: str) -> Any:
+    r = await eng.enqueue(_workflow(eng, wref), key, _value(event), event_id=event_id)
+    return [r.window_id, r.position]
+
+
+async def _ping(eng: Engine) -> Any:
+    return [os.getpid()]
+
+
+#: Every call a follower may route, by name.
+CALLS: dict[str, Callable[..., Awaitable[Any]]] = {
+    "start": _start, "result": _result, "signal": _signal, "query": _query, "update": _update,
+    "update_with_start": _update_with_start, "cancel": _cancel, "terminate": _terminate, "resume": _resume,
+    "complete": _complete, "fail_completion": _fail_completion, "reset": _reset, "journal": _journal,
+    "read_stream": _read_stream, "checkpoint": _checkpoint, "schedule": _schedule,
+    "schedule_state": _schedule_state, "enqueue": _enqueue, "ping": _ping,
+}
+
+
+async def dispatch(eng: Engine, method: str, args: list[Any]) -> Any:
+    """Runs one routed call on ``eng`` (the owner's engine)."""
+    fn = CALLS.get(method)
+    if fn is None:
+        raise FuseeError(f"the owner does not know the routed call {method!r}: are both processes "
+                         "running the same version of fusee?")
+    return await fn(eng, *args)
+
+
+# --- the server ---------------------------------------------------------------------------
+
+
+class RouteServer:
+    """Serves routed calls on the owner's engine at the address its lease publishes."""
+
+    def __init__(self, engine: Engine, lease: Lease, path: str) -> None:
+        self.engine = engine
+        self.lease = lease
+        self.path = path
+        self.address = ""
+        self._server: asyncio.AbstractServer | None = None
+        self._conns: set[asyncio.StreamWriter] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
+        #: Calls served, for tests and metrics.
+        self.served = 0
+
+    async def start(self) -> str:
+        """Listens and publishes the address; returns it."""
+        address = socket_address(self.path, self.lease.epoch)
+        target = os_address(address)
+        if not address.startswith("@"):
+            # A dead owner's socket file: we hold the lease, so nobody else listens on it.
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(target)
+        self._server = await asyncio.start_unix_server(self._serve_conn, path=target, limit=1 << 20)
+        self.address = address
+        self.lease.publish(address)
+        return address
+
+    async def _serve_conn(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        sock = writer.get_extra_info("socket")
+        if sock is not None and not _same_user(sock):
+            writer.close()  # an abstract socket is reachable by any user of the machine: refuse others
+            return
+        self._conns.add(writer)
+        try:
+            while True:
+                try:
+                    msg = await wire.read_frame(reader)
+                except (asyncio.IncompleteReadError, ConnectionError):
+                    return
+                except asyncio.CancelledError:
+                    # The loop is shutting down: asyncio's server callback would log a cancelled
+                    # handler as an error, and there is nothing left to answer.
+                    return
+                t = asyncio.create_task(self._answer(writer, msg))
+                self._tasks.add(t)
+                t.add_done_callback(self._tasks.discard)
+        finally:
+            self._conns.discard(writer)
+            writer.close()
+
+    async def _answer(self, writer: asyncio.StreamWriter, msg: Any) -> None:
+        rid, method, args = msg
+        try:
+            value = await dispatch(self.engine, method, args)
+            out = wire.frame([rid, wire.OK, value])
+        except Exception as e:
+            out = wire.frame([rid, wire.ERROR, wire.error_to_wire(e)])
+        self.served += 1
+        if writer.is_closing():
+            return
+        writer.write(out)
+        if writer.transport.get_write_buffer_size() > 1 << 20:
+            with contextlib.suppress(ConnectionError):
+                await writer.drain()
+
+    async def close(self) -> None:
+        """Stops listening and drops every connection (followers find the next owner)."""
+        if self._server is not None:
+            self._server.close()
+            self._server = None
+        for w in list(self._conns):
+            w.close()
+        for t in list(self._tasks):
+            t.cancel()
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self.address and not self.address.startswith("@"):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.address)
+
+
+def _same_user(sock: socket.socket) -> bool:
+    try:
+        creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    except (OSError, AttributeError):
+        return True  # no peer credentials on this platform: the socket file's permissions apply
+    _pid, uid, _gid = struct.unpack("3i", creds)
+    return bool(uid == os.getuid())

@@ -1,0 +1,297 @@
+"""Many processes on one engine directory: routing, takeover after SIGKILL, epochs, errors."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import fusee
+from fusee.errors import (
+    DirectoryLocked,
+    NotFound,
+    OwnerUnreachable,
+    UnknownWorkflow,
+    WorkflowFailed,
+)
+from fusee.scale.lease import read_owner
+from fusee.storage.directory import read_epoch
+from fusee.storage.posix import PosixStorage
+from tests.helpers import finish, ledger
+
+APP = Path(__file__).with_name("scale_app.py")
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def spawn(*args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+    )
+
+
+def until(cond: Any, procs: list[subprocess.Popen[str]], timeout: float = 90) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        for p in procs:
+            if p.poll() is not None and p.returncode != 0:
+                raise AssertionError(f"a process failed: {p.communicate()}")
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached in time")
+        time.sleep(0.01)
+
+
+def test_three_processes_sigkill_the_owner_mid_load(tmp_path: Path) -> None:
+    d = tmp_path / "data"
+    first = spawn(str(APP), str(d), "a", "400")
+    assert first.stdout is not None
+    opened = json.loads(first.stdout.readline())
+    assert opened["owner"] and opened["epoch"] == 1  # the first process owns the directory
+    procs = [first, *(spawn(str(APP), str(d), name, "400") for name in ("b", "c"))]
+    # Mid-load: starts through every process have run steps.
+    until(lambda: len({line.split()[0].split("-")[0] for line in ledger(d)}) == 3
+          and len(ledger(d)) >= 300, procs)
+    owner = read_owner(str(d))
+    assert owner is not None
+    victim = next(p for p in procs if p.pid == owner[2])
+    assert len(ledger(d)) < 3 * 3 * 400, "the load ended before the kill: give it more work"
+    victim.send_signal(signal.SIGKILL)
+    (d / "release").touch()  # the others close once their work is done
+    out, _ = victim.communicate(timeout=60)
+    killed_acks = [json.loads(x)["acked"] for x in out.splitlines() if '"acked"' in x]
+    others = [p for p in procs if p is not victim]
+
+    results: dict[str, int] = {}
+    takeover = False
+    for p in others:
+        lines = finish(p, timeout=180)
+        acked = {x["acked"] for x in lines if "acked" in x}
+        done = {x["done"]: x["result"] for x in lines if "done" in x}
+        assert acked == set(done), "a start acknowledged through a follower did not complete"
+        results.update(done)
+        takeover |= any(x.get("owner") for x in lines if "finished" in x)
+    assert takeover, "no follower took the directory over"
+    assert read_epoch(PosixStorage(), str(d)) > owner[0]  # each new owner wrote a larger epoch
+
+    async def rest() -> None:
+        async with fusee.Engine.open(d, workflows=[_job()], exclusive=True) as engine:
+            for wid in killed_acks:  # acknowledged by the killed owner to its own process
+                results[wid] = await engine.get(wid).result()
+
+    asyncio.run(rest())
+    for wid, got in results.items():
+        x = int(wid.split("-")[1])
+        assert got == 3 * x + 3, (wid, got)
+    # A step whose result was recorded never runs again: a step begins only once its
+    # predecessor's result is durable, so each run's steps appear in order, repeats only
+    # of the step in flight at the kill.
+    seen: dict[str, int] = {}
+    for line in ledger(d):
+        wid, k = line.split()
+        assert int(k) >= seen.get(wid, 0), f"{wid}: step s{seen[wid]} ran after s{k} began again"
+        seen[wid] = int(k)
+    assert all(seen.get(w) == 2 for w in results)
+
+
+def _job() -> Any:
+    """The app's workflow, for the test's own engine (the same name and steps)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("scale_app_defs", APP)
+    assert spec is not None and spec.loader is not None
+    src = APP.read_text().split("async def main()")[0]
+    ns: dict[str, Any] = {"__name__": "scale_app_defs"}
+    old = sys.argv
+    sys.argv = ["x", "/nonexistent", "t", "0"]
+    try:
+        exec(compile(src, str(APP), "exec"), ns)
+    finally:
+        sys.argv = old
+    return ns["job"]
+
+
+# --- errors ----------------------------------------------------------------------------
+
+OWNER = """
+import asyncio, sys
+import fusee
+
+@fusee.workflow("boom")
+async def boom(ctx: fusee.Ctx, x: int) -> int:
+    raise ValueError(f"bad {x}")
+
+@fusee.workflow("ok")
+async def ok(ctx: fusee.Ctx) -> str:
+    return "fine"
+
+async def main():
+    engine = await fusee.Engine.open(sys.argv[1], workflows=[boom, ok])
+    print("ready", flush=True)
+    await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
+    await engine.close()
+
+asyncio.run(main())
+"""
+
+
+@fusee.workflow("boom")
+async def boom(ctx: fusee.Ctx, x: int) -> int:
+    raise ValueError("never runs here")
+
+
+@fusee.workflow("ok")
+async def ok(ctx: fusee.Ctx) -> str:
+    return "never runs here"
+
+
+def _owner(d: Path) -> subprocess.Popen[str]:
+    p = subprocess.Popen([sys.executable, "-c", OWNER, str(d)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert p.stdout is not None
+    assert p.stdout.readline().strip() == "ready"
+    return p
+
+
+def test_follower_errors_keep_their_types_and_exclusive_refuses(tmp_path: Path) -> None:
+    p = _owner(tmp_path)
+    try:
+        async def main() -> None:
+            with pytest.raises(DirectoryLocked):
+                await fusee.Engine.open(tmp_path, workflows=[boom, ok], exclusive=True)
+            async with fusee.Engine.open(tmp_path, workflows=[boom, ok]) as engine:
+                assert not engine.is_owner and engine.epoch == 1
+                with pytest.raises(DirectoryLocked):  # a second open in one process, as always
+                    await fusee.Engine.open(tmp_path, workflows=[boom, ok])
+                assert await engine.execute(ok, "ok-1") == "fine"  # ran in the owner's process
+                h = await engine.start(boom, "b-1", 7)
+                with pytest.raises(WorkflowFailed, match="bad 7") as info:
+                    await h.result()
+                assert type(info.value) is WorkflowFailed
+                with pytest.raises(fusee.AlreadyExists, match="b-1"):
+                    await engine.start(boom, "b-1", 7)
+                with pytest.raises(NotFound):
+                    await engine.signal("nobody", fusee.signal("s"))
+                with pytest.raises(UnknownWorkflow):
+                    await engine.start("unregistered", "u-1")
+                with pytest.raises(fusee.SerializationError):  # checked here, before routing
+                    await engine.start(boom, "b-2", "not an int")
+                await engine.refresh()
+                assert engine.describe("ok-1").status == "ok"
+                assert {r.workflow_id for r in engine.runs()} >= {"ok-1", "b-1"}
+
+        asyncio.run(main())
+    finally:
+        p.communicate("\n", timeout=60)
+    assert p.returncode == 0
+
+
+def test_a_call_with_no_owner_to_reach_fails_within_its_deadline(tmp_path: Path) -> None:
+    p = _owner(tmp_path)
+    try:
+        async def main() -> None:
+            async with fusee.Engine.open(tmp_path, workflows=[boom, ok], route_timeout=0.3) as engine:
+                assert await engine.execute(ok, "ok-1") == "fine"
+                os.kill(p.pid, signal.SIGSTOP)  # holds the lease (no expiry) but answers nothing
+                try:
+                    engine._conn.close()  # type: ignore[attr-defined]  # as if the connection broke
+                    (tmp_path / "owner").unlink()  # and the address is gone
+                    loop = asyncio.get_running_loop()
+                    t0 = loop.time()
+                    with pytest.raises(OwnerUnreachable, match="nothing was done"):
+                        await engine.start(ok, "ok-2")
+                    assert loop.time() - t0 < 5
+                    assert not engine.is_owner  # a stopped owner keeps its lock: no takeover
+                finally:
+                    os.kill(p.pid, signal.SIGCONT)
+
+        asyncio.run(main())
+    finally:
+        p.communicate("\n", timeout=60)
+
+
+# --- uvicorn workers ----------------------------------------------------------------------
+
+
+def _http(port: int, method: str, path: str) -> dict[str, Any]:
+    import urllib.request
+
+    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", method=method, data=b"" if method == "POST" else None,
+                                 headers={"Connection": "close"})
+    with urllib.request.urlopen(req, timeout=60) as r:
+        got: dict[str, Any] = json.loads(r.read())
+        return got
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def test_uvicorn_with_four_workers_on_one_directory_survives_killing_the_owner(tmp_path: Path) -> None:
+    pytest.importorskip("uvicorn")
+    from concurrent.futures import ThreadPoolExecutor
+
+    d = tmp_path / "data"
+    port = _free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "uvicorn", "--app-dir", str(APP.parent), "uv_app:app", "--workers", "4",
+         "--port", str(port), "--log-level", "warning"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        env=dict(os.environ, PYTHONPATH=str(ROOT), FUSEE_SCALE_DIR=str(d)),
+    )
+    try:
+        def up() -> bool:
+            try:
+                _http(port, "GET", "/who")
+            except OSError:
+                return False
+            return True
+
+        until(up, [server])
+        pids: set[int] = set()
+        with ThreadPoolExecutor(8) as pool:
+            def spread() -> bool:  # fresh connections land on every worker
+                pids.update(r["pid"] for r in pool.map(lambda _: _http(port, "GET", "/who"), range(16)))
+                return len(pids) == 4
+
+            until(spread, [server])
+            before = [f"o{i}" for i in range(6)]
+            started = list(pool.map(lambda o: _http(port, "POST", f"/orders/{o}"), before))
+            assert {r["started"] for r in started} == set(before)
+            owner = read_owner(str(d))
+            assert owner is not None and owner[2] in pids
+            os.kill(owner[2], signal.SIGKILL)  # the worker that owns the directory
+            after = [f"p{i}" for i in range(6)]
+            started = list(pool.map(lambda o: _http(port, "POST", f"/orders/{o}"), after))
+            assert all(r["pid"] != owner[2] for r in started)
+            orders = before + after
+
+            def all_waiting() -> bool:
+                stages = pool.map(lambda o: _http(port, "GET", f"/orders/{o}/stage")["stage"], orders)
+                return all(s == "awaiting approval" for s in stages)
+
+            until(all_waiting, [server])
+            list(pool.map(lambda o: _http(port, "POST", f"/orders/{o}/approve"), orders))
+            results = list(pool.map(lambda o: _http(port, "GET", f"/orders/{o}")["result"], orders))
+        for o, r in zip(orders, results, strict=True):
+            assert r == f"item {o}: price 42, paid by payment-7, shipped as parcel-99"
+        assert read_epoch(PosixStorage(), str(d)) > owner[0]
+    finally:
+        server.send_signal(signal.SIGTERM)
+        try:
+            server.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.communicate()
