@@ -295,3 +295,21 @@ def test_uvicorn_with_four_workers_on_one_directory_survives_killing_the_owner(t
         except subprocess.TimeoutExpired:
             server.kill()
             server.communicate()
+
+
+def test_a_directory_too_deep_for_a_socket_path_is_served_on_an_abstract_socket(tmp_path: Path) -> None:
+    deep = tmp_path / ("d" * 110)
+    deep.mkdir()
+    p = _owner(deep)
+    try:
+        owner = read_owner(str(deep))
+        assert owner is not None and owner[1].startswith("@fusee-")
+
+        async def main() -> None:
+            async with fusee.Engine.open(deep, workflows=[boom, ok]) as engine:
+                assert not engine.is_owner
+                assert await engine.execute(ok, "ok-1") == "fine"
+
+        asyncio.run(main())
+    finally:
+        p.communicate("\n", timeout=60)
