@@ -305,8 +305,16 @@ class Follower(Engine):
                     if self._local is not None:
                         writer.close()
                         return None
-                    self._conn = _Connection(reader, writer, epoch)
-                    return self._conn
+                    conn = _Connection(reader, writer, epoch)
+                    # A stopped owner's socket still accepts connections (the kernel's backlog):
+                    # only an answer within the deadline shows it serves.
+                    try:
+                        await asyncio.wait_for(conn.call("ping", []), max(deadline - loop.time(), 0.001))
+                    except (_Lost, TimeoutError):
+                        conn.close()
+                    else:
+                        self._conn = conn
+                        return conn
             left = deadline - loop.time()
             if left <= 0:
                 raise OwnerUnreachable(
