@@ -256,6 +256,9 @@ class Follower(Engine):
         if self._conn is not None:
             self._conn.close()
         self._wake()
+        view, self._view = self._view, None
+        if view is not None:  # reads go to the local engine from now on
+            await view.close()
 
     def _wake(self) -> None:
         self._changed.set()
@@ -264,6 +267,12 @@ class Follower(Engine):
     @property
     def is_owner(self) -> bool:
         return self._local is not None
+
+    @property
+    def _rt(self) -> Any:  # type: ignore[override]
+        """The runtime of the local engine once this process owns the directory, else of the view
+        (read-only: for lookups such as the registered workflows, never to act)."""
+        return self._view_engine()._rt
 
     @property
     def epoch(self) -> int:

@@ -374,3 +374,32 @@ def test_updates_and_object_calls_through_a_follower(tmp_path: Path) -> None:
     finally:
         p.communicate("\n", timeout=60)
     assert p.returncode == 0
+
+
+def test_the_http_api_serves_from_a_follower(tmp_path: Path) -> None:
+    import httpx
+
+    from fusee.http import app
+
+    p = _owner(tmp_path)
+    try:
+        async def main() -> None:
+            async with fusee.Engine.open(tmp_path, workflows=[boom, ok, counter, tally]) as engine:
+                assert not engine.is_owner
+                async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app(engine)),
+                                             base_url="http://t") as http:
+                    r = await http.post("/api/runs", json={"workflow": "ok", "workflow_id": "h-1"})
+                    assert r.status_code in (200, 201), r.text
+                    assert await engine.get("h-1").result() == "fine"
+                    await engine.call(bump, "k", 3)
+                    r = await http.get("/api/objects/tally/k/state")
+                    assert r.status_code == 200 and r.json()["value"] == 3, r.text
+                    await engine.refresh()
+                    r = await http.get("/api/runs/h-1")
+                    assert r.status_code == 200 and r.json()["status"] == "ok", r.text
+                    r = await http.get("/api/runs/nobody")
+                    assert r.status_code == 404
+
+        asyncio.run(main())
+    finally:
+        p.communicate("\n", timeout=60)
