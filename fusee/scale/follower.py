@@ -113,6 +113,8 @@ class _Connection:
                 fut.set_exception(_Lost())
         self.pending.clear()
         self.writer.close()
+        if self.task is not asyncio.current_task():
+            self.task.cancel()  # nothing more will be read: no reader left pending at loop close
 
     async def call(self, method: str, args: list[Any]) -> Any:
         if not self.alive:
@@ -727,6 +729,8 @@ class Follower(Engine):
         self._lease.release()
         if self._conn is not None:
             self._conn.close()
+            with contextlib.suppress(BaseException):
+                await self._conn.task
         for t in list(self._tasks):
             t.cancel()
         if self._view_task is not None:
