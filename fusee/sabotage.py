@@ -64,6 +64,9 @@ class Sabotage:
     schedule_random_id: bool = False
     #: A window coordinator drops its open window's newest event when it continues as new.
     window_drops_on_continue: bool = False
+    # scale-out (caught by fusee.sim.scaleout, not by the single-process world)
+    #: A new owner writes its epoch without syncing it: a power loss takes it back.
+    epoch_not_durable: bool = False
 
 
 #: The switches in force. Engine code reads them; only tests write them.

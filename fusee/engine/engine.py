@@ -361,7 +361,7 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
         telemetry: bool | telemetry_config.Telemetry | None = None,
         exclusive: bool = False,
         route_timeout: float = 30.0,
-        _lock: int | None = None,
+        _lock: Any = None,
         _epoch: int = 0,
         namespace: str | None = None,
         lease_ttl: float | None = None,
@@ -467,7 +467,7 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
                 rng=env.rng,
                 read_only=read_only,
                 lock=_lock,
-                epoch=(_epoch or True) if shared else False,
+                epoch=(_epoch or True) if shared else (_epoch or False),
             )
 
         # Recovery reads files: off the loop on a real disk, inline on memory or in a simulation.

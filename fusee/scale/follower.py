@@ -113,6 +113,8 @@ class _Connection:
                 fut.set_exception(_Lost())
         self.pending.clear()
         self.writer.close()
+        if self.task is not asyncio.current_task():
+            self.task.cancel()  # nothing more will be read: no reader left pending at loop close
 
     async def call(self, method: str, args: list[Any]) -> Any:
         if not self.alive:
@@ -256,6 +258,9 @@ class Follower(Engine):
         if self._conn is not None:
             self._conn.close()
         self._wake()
+        view, self._view = self._view, None
+        if view is not None:  # reads go to the local engine from now on
+            await view.close()
 
     def _wake(self) -> None:
         self._changed.set()
@@ -264,6 +269,12 @@ class Follower(Engine):
     @property
     def is_owner(self) -> bool:
         return self._local is not None
+
+    @property
+    def _rt(self) -> Any:  # type: ignore[override]
+        """The runtime of the local engine once this process owns the directory, else of the view
+        (read-only: for lookups such as the registered workflows, never to act)."""
+        return self._view_engine()._rt
 
     @property
     def epoch(self) -> int:
@@ -305,8 +316,16 @@ class Follower(Engine):
                     if self._local is not None:
                         writer.close()
                         return None
-                    self._conn = _Connection(reader, writer, epoch)
-                    return self._conn
+                    conn = _Connection(reader, writer, epoch)
+                    # A stopped owner's socket still accepts connections (the kernel's backlog):
+                    # only an answer within the deadline shows it serves.
+                    try:
+                        await asyncio.wait_for(conn.call("ping", []), max(deadline - loop.time(), 0.001))
+                    except (_Lost, TimeoutError):
+                        conn.close()
+                    else:
+                        self._conn = conn
+                        return conn
             left = deadline - loop.time()
             if left <= 0:
                 raise OwnerUnreachable(
@@ -710,6 +729,8 @@ class Follower(Engine):
         self._lease.release()
         if self._conn is not None:
             self._conn.close()
+            with contextlib.suppress(BaseException):
+                await self._conn.task
         for t in list(self._tasks):
             t.cancel()
         if self._view_task is not None:

@@ -83,7 +83,7 @@ class DirectoryLease:
         lease._fd, lease.epoch, lease._handed_over = fd, epoch, True
         return lease
 
-    def _take(self, blocking: bool) -> bool:
+    def _take(self, blocking: bool, stop: threading.Event | None = None) -> bool:
         fd = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
@@ -92,6 +92,9 @@ class DirectoryLease:
             if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
                 return False
             raise
+        if stop is not None and stop.is_set():
+            os.close(fd)  # won after the waiter was told to stop: give it back, no epoch taken
+            return False
         with self._mutex:
             self._fd = fd
             self.epoch = bump_epoch(self._storage, self.path)
@@ -108,10 +111,7 @@ class DirectoryLease:
         if self._fd is not None:
             return True
         while not stop.is_set():
-            if self._take(blocking=True):
-                if stop.is_set():
-                    self.release()
-                    return False
+            if self._take(blocking=True, stop=stop):
                 return True
         return False
 

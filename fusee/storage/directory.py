@@ -42,7 +42,7 @@ MAX_META_BYTES = 4096
 META = "meta"
 EPOCH = "epoch"
 #: What an interrupted creation may leave in a directory that has no meta file yet.
-_CREATION_LEFTOVERS = frozenset({"meta.tmp"})
+_CREATION_LEFTOVERS = frozenset({"meta.tmp", "epoch", "epoch.tmp"})
 
 
 class EngineDirectory:
@@ -246,7 +246,16 @@ def bump_epoch(storage: Storage, path: str) -> int:
     path = path.rstrip("/") or "/"
     previous = read_epoch(storage, path)
     epoch = previous + 1
-    write_durably(storage, path, EPOCH, f"{epoch}\n".encode())
+    data = f"{epoch}\n".encode()
+    if sabotage.active.epoch_not_durable:
+        fh = storage.open(f"{path}/{EPOCH}", create=True)  # in place, never synced: a power loss undoes it
+        try:
+            storage.truncate(fh, 0)
+            storage.pwrite(fh, data, 0)
+        finally:
+            storage.close(fh)
+        return epoch
+    write_durably(storage, path, EPOCH, data)
     if read_epoch(storage, path) != epoch:  # pragma: no cover - a file system that lost a rename
         raise StaleEpoch(f"{path}/{EPOCH} does not hold the epoch {epoch} just written durably")
     return epoch

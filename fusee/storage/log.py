@@ -37,7 +37,7 @@ from fusee.storage.blobs import read_blob, write_blob
 from fusee.storage.checkpoint import NAME as CKPT_NAME
 from fusee.storage.checkpoint import Checkpoint
 from fusee.storage.directory import EngineDirectory
-from fusee.storage.seam import FileHandle, Storage, read_whole, write_durably
+from fusee.storage.seam import FileHandle, LockHandle, Storage, read_whole, write_durably
 
 SEG_SUFFIX = ".seg"
 #: Only names this exact shape are segments; anything else in log/ is not ours and is left alone.
@@ -210,7 +210,7 @@ class SharedLog:
     def open(cls, storage: Storage, path: str, shards: int, *, segment_bytes: int = 64 << 20,
              blob_threshold: int = 256 << 10, truncate_corrupt: bool = False,
              rng: random.Random | None = None, align: int = 4096,
-             read_only: bool = False, lock: int | None = None,
+             read_only: bool = False, lock: LockHandle | None = None,
              epoch: int | bool = False) -> tuple[SharedLog, Recovery]:
         """Locks the directory, checks its meta file, recovers, and starts a new segment.
 

@@ -132,8 +132,28 @@ async def boom(ctx: fusee.Ctx, x: int) -> int:
 async def ok(ctx: fusee.Ctx) -> str:
     return "fine"
 
+add = fusee.update("add", int, int)
+done = fusee.signal("done")
+
+@fusee.workflow("counter")
+async def counter(ctx: fusee.Ctx) -> int:
+    total = {"n": 0}
+    def on_add(x: int) -> int:
+        total["n"] += x
+        return total["n"]
+    ctx.on_update(add, on_add)
+    await ctx.wait_for(done)
+    return total["n"]
+
+tally = fusee.object("tally", state=int)
+
+@tally.exclusive
+async def bump(ctx: fusee.ObjectCtx[int], by: int) -> int:
+    ctx.set_state(ctx.state + by)
+    return ctx.state
+
 async def main():
-    engine = await fusee.Engine.open(sys.argv[1], workflows=[boom, ok])
+    engine = await fusee.Engine.open(sys.argv[1], workflows=[boom, ok, counter, tally])
     print("ready", flush=True)
     await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
     await engine.close()
@@ -150,6 +170,23 @@ async def boom(ctx: fusee.Ctx, x: int) -> int:
 @fusee.workflow("ok")
 async def ok(ctx: fusee.Ctx) -> str:
     return "never runs here"
+
+
+add = fusee.update("add", int, int)
+done = fusee.signal("done")
+
+
+@fusee.workflow("counter")
+async def counter(ctx: fusee.Ctx) -> int:
+    raise AssertionError("runs in the owner only")
+
+
+tally = fusee.object("tally", state=int)
+
+
+@tally.exclusive
+async def bump(ctx: fusee.ObjectCtx[int], by: int) -> int:
+    raise AssertionError("runs in the owner only")
 
 
 def _owner(d: Path) -> subprocess.Popen[str]:
@@ -201,8 +238,7 @@ def test_a_call_with_no_owner_to_reach_fails_within_its_deadline(tmp_path: Path)
                 assert await engine.execute(ok, "ok-1") == "fine"
                 os.kill(p.pid, signal.SIGSTOP)  # holds the lease (no expiry) but answers nothing
                 try:
-                    engine._conn.close()  # type: ignore[attr-defined]  # as if the connection broke
-                    (tmp_path / "owner").unlink()  # and the address is gone
+                    engine._conn.close()  # type: ignore[attr-defined]  # a new connection must be made
                     loop = asyncio.get_running_loop()
                     t0 = loop.time()
                     with pytest.raises(OwnerUnreachable, match="nothing was done"):
@@ -295,3 +331,75 @@ def test_uvicorn_with_four_workers_on_one_directory_survives_killing_the_owner(t
         except subprocess.TimeoutExpired:
             server.kill()
             server.communicate()
+
+
+def test_a_directory_too_deep_for_a_socket_path_is_served_on_an_abstract_socket(tmp_path: Path) -> None:
+    deep = tmp_path / ("d" * 110)
+    deep.mkdir()
+    p = _owner(deep)
+    try:
+        owner = read_owner(str(deep))
+        assert owner is not None and owner[1].startswith("@fusee-")
+
+        async def main() -> None:
+            async with fusee.Engine.open(deep, workflows=[boom, ok]) as engine:
+                assert not engine.is_owner
+                assert await engine.execute(ok, "ok-1") == "fine"
+
+        asyncio.run(main())
+    finally:
+        p.communicate("\n", timeout=60)
+
+
+def test_updates_and_object_calls_through_a_follower(tmp_path: Path) -> None:
+    p = _owner(tmp_path)
+    try:
+        async def main() -> None:
+            async with fusee.Engine.open(tmp_path, workflows=[boom, ok, counter, tally]) as engine:
+                h = await engine.start(counter, "c-1")
+                assert await h.update(add, 2) == 2
+                assert await engine.update("c-1", add, 3, update_id="u-1") == 5
+                assert await engine.update("c-1", add, 3, update_id="u-1") == 5  # answered once
+                await h.signal(done)
+                assert await h.result() == 5
+                assert await engine.call(bump, "k", 4) == 4
+                assert await engine.call(bump, "k", 1, call_id="c") == 5
+                assert await engine.call(bump, "k", 1, call_id="c") == 5
+                state = await engine.object_state(tally, "k")
+                assert (state.value, state.version) == (5, 2)
+                journal = await engine.journal("c-1")
+                assert type(journal[0]).__name__ == "Start"
+
+        asyncio.run(main())
+    finally:
+        p.communicate("\n", timeout=60)
+    assert p.returncode == 0
+
+
+def test_the_http_api_serves_from_a_follower(tmp_path: Path) -> None:
+    import httpx
+
+    from fusee.http import app
+
+    p = _owner(tmp_path)
+    try:
+        async def main() -> None:
+            async with fusee.Engine.open(tmp_path, workflows=[boom, ok, counter, tally]) as engine:
+                assert not engine.is_owner
+                async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app(engine)),
+                                             base_url="http://t") as http:
+                    r = await http.post("/api/runs", json={"workflow": "ok", "workflow_id": "h-1"})
+                    assert r.status_code in (200, 201), r.text
+                    assert await engine.get("h-1").result() == "fine"
+                    await engine.call(bump, "k", 3)
+                    r = await http.get("/api/objects/tally/k/state")
+                    assert r.status_code == 200 and r.json()["value"] == 3, r.text
+                    await engine.refresh()
+                    r = await http.get("/api/runs/h-1")
+                    assert r.status_code == 200 and r.json()["status"] == "ok", r.text
+                    r = await http.get("/api/runs/nobody")
+                    assert r.status_code == 404
+
+        asyncio.run(main())
+    finally:
+        p.communicate("\n", timeout=60)

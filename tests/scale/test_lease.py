@@ -1,0 +1,65 @@
+"""The local lease (the directory's flock) and the epoch it writes."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from pathlib import Path
+
+import pytest
+
+import fusee
+from fusee.errors import InvalidMeta
+from fusee.scale.lease import DirectoryLease, Lease, read_owner
+from fusee.scale.server import socket_address
+from fusee.storage.directory import bump_epoch, read_epoch
+from fusee.storage.posix import PosixStorage
+
+
+def test_the_directory_lease_is_a_lease_with_growing_epochs(tmp_path: Path) -> None:
+    a, b = DirectoryLease(str(tmp_path)), DirectoryLease(str(tmp_path))
+    assert isinstance(a, Lease)
+    assert a.try_acquire() and a.epoch == 1 and a.still_held()
+    assert not b.try_acquire()  # a flock is per open file: refused within one process too
+    stop = threading.Event()
+    won: list[bool] = []
+    t = threading.Thread(target=lambda: won.append(b.wait_acquire(stop)))
+    t.start()
+    a.publish("/some/where")
+    assert b.owner_address() == "/some/where" and read_owner(str(tmp_path))[0] == 1  # type: ignore[index]
+    a.release()  # the waiter gets it at once, under the next epoch
+    t.join(10)
+    assert won == [True] and b.epoch == 2 and b.still_held() and not a.still_held()
+    b.release()
+    stop.set()
+    c = DirectoryLease(str(tmp_path))
+    assert not c.wait_acquire(stop)  # stopped: gives up (or gives back) at once
+    assert read_epoch(PosixStorage(), str(tmp_path)) in (2, 3)
+
+
+def test_a_damaged_epoch_file_is_refused_by_name(tmp_path: Path) -> None:
+    (tmp_path / "epoch").write_text("banana")
+    with pytest.raises(InvalidMeta, match="epoch is damaged"):
+        bump_epoch(PosixStorage(), str(tmp_path))
+
+
+def test_each_owner_open_writes_the_next_epoch_first(tmp_path: Path) -> None:
+    async def main() -> list[int]:
+        seen = []
+        for _ in range(3):
+            async with fusee.Engine.open(tmp_path) as engine:
+                assert engine.is_owner
+                seen.append(engine.epoch)
+        async with fusee.Engine.open(tmp_path, read_only=True) as engine:
+            seen.append(engine.epoch)  # a reader takes no epoch
+        return seen
+
+    assert asyncio.run(main()) == [1, 2, 3, 0]
+    assert read_epoch(PosixStorage(), str(tmp_path)) == 3
+
+
+def test_a_path_too_long_for_a_socket_gets_an_abstract_address(tmp_path: Path) -> None:
+    assert socket_address(str(tmp_path), 1) == f"{tmp_path}/owner.sock"
+    deep = tmp_path / ("d" * 120)
+    address = socket_address(str(deep), 4)
+    assert address.startswith("@fusee-") and address.endswith("-4")
