@@ -15,6 +15,7 @@ import logging
 import os
 import socket
 import struct
+import sys
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -32,16 +33,20 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("fusee.scale")
 
-#: The socket's file in the directory; an abstract socket when the path does not fit ``sun_path``.
+#: The socket's file in the directory, where Linux's abstract namespace does not exist.
 SOCKET_FILE = "owner.sock"
 _SUN_PATH_MAX = 107
 
 
 def socket_address(path: str, epoch: int) -> str:
-    """Where the owner of ``path`` listens: ``<path>/owner.sock``, or ``@fusee-<hash>-<epoch>``
-    (Linux's abstract namespace) when that path is too long for a Unix socket address."""
+    """Where the owner of ``path`` listens: ``@fusee-<hash>-<epoch>`` in Linux's abstract namespace.
+
+    Abstract, so the directory holds no socket file: backups, ``tar`` and tools
+    that read every file of it never meet one. Elsewhere ``<path>/owner.sock``
+    (when it fits a socket address).
+    """
     full = f"{os.path.abspath(path)}/{SOCKET_FILE}"
-    if len(full.encode()) <= _SUN_PATH_MAX:
+    if not sys.platform.startswith("linux") and len(full.encode()) <= _SUN_PATH_MAX:
         return full
     digest = hashlib.sha256(os.path.realpath(path).encode()).hexdigest()[:24]
     return f"@fusee-{digest}-{epoch}"

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 import fusee
-from tests.helpers import until
+from tests.helpers import crash_in_process, until
 
 poke = fusee.signal("poke", int)
 seen = fusee.query("seen")
@@ -116,9 +116,7 @@ def test_periodic_checkpoints_bound_recovery(tmp_path: Path) -> None:
         await engine.start(napper, "sleepy", 3_600_000)
         assert engine.stats["checkpoints"] >= 3
         # A crash (no close, no final checkpoint): the process lets go of the directory.
-        engine._rt.closed = True
-        engine._closed = True
-        engine._log.close()
+        await crash_in_process(engine)  # no close, no final checkpoint
         # Recovery reads only the log after the last periodic checkpoint.
         async with fusee.Engine.open(tmp_path, workflows=[stepper, napper]) as engine:
             assert engine.recovered_records < 60

@@ -13,7 +13,7 @@ import pytest
 
 import fusee
 from tests.engine.visibility_app import tagged
-from tests.helpers import until
+from tests.helpers import crash_in_process, until
 
 APP = Path(__file__).with_name("visibility_app.py")
 ROOT = Path(__file__).resolve().parents[2]
@@ -227,9 +227,7 @@ async def test_keep_history_off_keeps_start_and_ending(tmp_path: Path) -> None:
     engine = await fusee.Engine.open(tmp_path, workflows=[order, plain], keep_history=False,
                                      checkpoint_every=10_000)
     assert await engine.execute(plain, "p-2", 1) == 2
-    engine._rt.closed = True  # a crash: no close, no checkpoint (as test_parking does)
-    engine._closed = True
-    engine._log.close()
+    await crash_in_process(engine)  # no close, no final checkpoint
     async with fusee.Engine.open(tmp_path, workflows=[order, plain], keep_history=False) as engine:
         assert engine.recovered_records > 0
         assert [type(r).__name__ for r in await engine.journal("p-2")] == ["Start", "Done"]

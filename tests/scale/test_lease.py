@@ -58,8 +58,10 @@ def test_each_owner_open_writes_the_next_epoch_first(tmp_path: Path) -> None:
     assert read_epoch(PosixStorage(), str(tmp_path)) == 3
 
 
-def test_a_path_too_long_for_a_socket_gets_an_abstract_address(tmp_path: Path) -> None:
-    assert socket_address(str(tmp_path), 1) == f"{tmp_path}/owner.sock"
+def test_the_owner_listens_on_an_abstract_address_not_a_file_in_the_directory(tmp_path: Path) -> None:
+    short = socket_address(str(tmp_path), 1)
+    assert short.startswith("@fusee-") and short.endswith("-1")
+    assert socket_address(str(tmp_path), 2) != short  # each owner (epoch) its own address
     deep = tmp_path / ("d" * 120)
     address = socket_address(str(deep), 4)
     assert address.startswith("@fusee-") and address.endswith("-4")
