@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import functools
 import itertools
 import sys
 import time
@@ -28,33 +27,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common
 import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from workloads_fusee import STAMPS, chain, fan  # the same workflows and step as on a directory
 
 import fusee
 
 SYSTEM = "fusee-postgres"
-STAMPS: list[float] = []
-
-
-async def bump(value: int) -> int:
-    """The benchmark's step: note the time, return a small value."""
-    STAMPS.append(time.perf_counter())
-    return value + 1
-
-
-@fusee.workflow("bench_chain")
-async def chain(ctx: fusee.Ctx, steps: int) -> int:
-    total = 0
-    for _ in range(steps):
-        total = await ctx.step("bump", functools.partial(bump, total))
-    return total
-
-
-@fusee.workflow("bench_fan")
-async def fan(ctx: fusee.Ctx, steps: int) -> int:
-    total = 0
-    for _ in range(steps):
-        total = await ctx.step("bump", functools.partial(bump, total))
-    return total
 
 
 def prepare(url: str) -> str:
