@@ -155,7 +155,68 @@ class FlushJob:
             self._done.set()
 
 
-class SharedLog:
+class FlushLifecycle:
+    """What every log does with its flush jobs, whatever holds its records (files, PostgreSQL).
+
+    A subclass sets these attributes and implements ``begin_flush``, ``_fail`` and ``failure``.
+    """
+
+    failed: BaseException | None
+    on_flushed: Callable[[], None] | None
+    _job: FlushJob | None
+    _durable: list[int]
+
+    def begin_flush(self) -> FlushJob | None:
+        raise NotImplementedError
+
+    def _fail(self, error: BaseException) -> None:
+        raise NotImplementedError
+
+    def failure(self) -> LogFailed:
+        raise NotImplementedError
+
+    def finish_flush(self, job: FlushJob) -> list[int]:
+        """Makes a completed job's records durable and returns the durable LSN per shard.
+
+        If the job failed, the log fails for good (the fdatasync is never
+        retried: the page cache cannot be trusted after it) and this raises
+        ``LogFailed`` or ``DiskFull``. Calling it again for the same job
+        returns the same outcome.
+        """
+        if job.finished:
+            if job.error is not None:
+                raise self.failure()
+            return list(self._durable)
+        assert job is self._job, "finish_flush got a job this log did not begin"
+        assert job.done, "finish_flush called before the job's run() returned"
+        job.finished = True
+        self._job = None
+        if job.error is not None:
+            self._fail(job.error)
+            raise self.failure()
+        for i, lsn in enumerate(job.covers):
+            if lsn > self._durable[i]:
+                self._durable[i] = lsn
+        return list(self._durable)
+
+    def flush(self) -> list[int]:
+        """Blocks until everything appended so far is durable (finishing any job in flight); returns the durable LSNs."""
+        if self.failed is not None:
+            raise self.failure()
+        if self._job is not None:
+            job = self._job
+            job.wait()
+            self.finish_flush(job)
+        job2 = self.begin_flush()
+        if job2 is not None:
+            job2.run()
+            self.finish_flush(job2)
+        if self.on_flushed is not None:
+            self.on_flushed()
+        return list(self._durable)
+
+
+class SharedLog(FlushLifecycle):
     """The engine's durable log. Owned by one thread; only ``FlushJob.run`` may run elsewhere."""
 
     def __init__(self, storage: Storage, directory: EngineDirectory, shards: int, *,
@@ -505,46 +566,6 @@ class SharedLog:
         self._builder = BatchBuilder()
         self._job = FlushJob(self, b, list(self._appended))
         return self._job
-
-    def finish_flush(self, job: FlushJob) -> list[int]:
-        """Makes a completed job's records durable and returns the durable LSN per shard.
-
-        If the job failed, the log fails for good (the fdatasync is never
-        retried: the page cache cannot be trusted after it) and this raises
-        ``LogFailed`` or ``DiskFull``. Calling it again for the same job
-        returns the same outcome.
-        """
-        if job.finished:
-            if job.error is not None:
-                raise self.failure()
-            return list(self._durable)
-        assert job is self._job, "finish_flush got a job this log did not begin"
-        assert job.done, "finish_flush called before the job's run() returned"
-        job.finished = True
-        self._job = None
-        if job.error is not None:
-            self._fail(job.error)
-            raise self.failure()
-        for i, lsn in enumerate(job.covers):
-            if lsn > self._durable[i]:
-                self._durable[i] = lsn
-        return list(self._durable)
-
-    def flush(self) -> list[int]:
-        """Blocks until everything appended so far is durable (finishing any job in flight); returns the durable LSNs."""
-        if self.failed is not None:
-            raise self.failure()
-        if self._job is not None:
-            job = self._job
-            job.wait()
-            self.finish_flush(job)
-        job2 = self.begin_flush()
-        if job2 is not None:
-            job2.run()
-            self.finish_flush(job2)
-        if self.on_flushed is not None:
-            self.on_flushed()
-        return list(self._durable)
 
     def checkpoint(self, state: bytes, covers: Sequence[int] | None = None) -> None:
         """Durably records ``state`` as covering, per shard, every record up to ``covers`` (default: all appended).

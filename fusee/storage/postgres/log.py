@@ -33,7 +33,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, cast
 
 from fusee.errors import LeaseHeld, LeaseLost, LogFailed, StorageError
-from fusee.storage.log import FlushJob, Recovery
+from fusee.storage.log import FlushJob, FlushLifecycle, Recovery
 from fusee.storage.postgres import DEFAULT_LEASE_TTL, DEFAULT_NAMESPACE, schema
 from fusee.storage.postgres.connection import connect, describe, driver
 from fusee.storage.postgres.lease import Lease
@@ -73,7 +73,7 @@ class PgFlushJob(FlushJob):
         self.batch = batch
 
 
-class PostgresLog:
+class PostgresLog(FlushLifecycle):
     """The engine's durable log in a PostgreSQL namespace. Owned by one thread; ``FlushJob.run`` may run elsewhere."""
 
     def __init__(self, dsn: str, namespace: str, shards: int, conn: Any, lease: Lease) -> None:
@@ -255,40 +255,6 @@ class PostgresLog:
         batch, self._batch = self._batch, _Batch()
         self._job = PgFlushJob(self, batch, list(self._appended))
         return self._job
-
-    def finish_flush(self, job: FlushJob) -> list[int]:
-        """Makes a completed job's records durable; a failed job fails the log for good (``LeaseLost``, ``LogFailed``)."""
-        if job.finished:
-            if job.error is not None:
-                raise self.failure()
-            return list(self._durable)
-        assert job is self._job, "finish_flush got a job this log did not begin"
-        assert job.done, "finish_flush called before the job's run() returned"
-        job.finished = True
-        self._job = None
-        if job.error is not None:
-            self._fail(job.error)
-            raise self.failure()
-        for i, lsn in enumerate(job.covers):
-            if lsn > self._durable[i]:
-                self._durable[i] = lsn
-        return list(self._durable)
-
-    def flush(self) -> list[int]:
-        """Blocks until everything appended so far is durable; returns the durable LSNs."""
-        if self.failed is not None:
-            raise self.failure()
-        if self._job is not None:
-            job = self._job
-            job.wait()
-            self.finish_flush(job)
-        job2 = self.begin_flush()
-        if job2 is not None:
-            job2.run()
-            self.finish_flush(job2)
-        if self.on_flushed is not None:
-            self.on_flushed()
-        return list(self._durable)
 
     def checkpoint(self, state: bytes, covers: Sequence[int] | None = None) -> None:
         """Flushes, then durably records ``state`` as covering ``covers`` (default: all appended) and deletes the records it covers.
