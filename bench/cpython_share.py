@@ -43,6 +43,8 @@ import msgspec
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import common
+from perf_smoke import chain as _share_chain  # a chain of lambdas, as users write it
+from perf_smoke import fan as _share_fan  # async steps
 
 import fusee
 from fusee.diskcheck import measure_floor
@@ -104,14 +106,6 @@ async def _bare_chain(f: _File, steps: int) -> float:
         value = await fut
     assert value == steps
     return (time.perf_counter() - t0) / steps * 1e6
-
-
-@fusee.workflow("share_chain")
-async def _share_chain(ctx: fusee.Ctx, steps: int) -> int:
-    value = 0
-    for _ in range(steps):
-        value = await ctx.step("bump", lambda v=value: v + 1)
-    return value
 
 
 async def _fusee_chain(directory: Path, steps: int) -> float:
@@ -177,18 +171,6 @@ async def _bare_fanout(f: _File, runs: int, steps: int) -> float:
     cpu = _cpu() - t0
     assert results == [steps] * runs
     return cpu / (runs * steps) * 1e6
-
-
-async def _share_bump(v: int) -> int:
-    return v + 1
-
-
-@fusee.workflow("share_fan")
-async def _share_fan(ctx: fusee.Ctx, steps: int) -> int:
-    value = 0
-    for _ in range(steps):
-        value = await ctx.step("bump", functools.partial(_share_bump, value))
-    return value
 
 
 async def _fusee_fanout(directory: Path, runs: int, steps: int,
