@@ -1388,6 +1388,7 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
                 HELD_HERE.discard(self._held_key)
             if self._own_env and isinstance(self._env, RealEnv):
                 self._env.close()
+            rt.release_table()
         if failed is not None:
             raise failed
 

@@ -968,6 +968,18 @@ class Runtime:
         """Parks every suspended run (at close: the checkpoint keeps them parked)."""
         parking.park_all(self)
 
+    def release_table(self) -> None:
+        """Lets go of every loaded run and waiting caller, once this runtime is done with.
+
+        The table's entries are invisible to the cycle collector (``gc=False``), so a
+        run an entry still holds (and through it this runtime, its loop and every
+        coroutine) would never be freed: a closed or crashed engine must cut those
+        references. The table itself stays readable.
+        """
+        for st in self.wf.values():
+            st.run = None
+            st.waiters = None
+
     # --- steps ----------------------------------------------------------------------
 
     def run_step(self, run: Run, seq: int, call: StepCall) -> None:

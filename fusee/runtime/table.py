@@ -21,7 +21,9 @@ class WorkflowState(msgspec.Struct, gc=False):
     Not tracked by Python's cycle collector (``gc=False``): an engine keeps
     one per workflow, parked ones included, and a collector walking a million
     of them on every full collection costs more than the rest of a start.
-    Nothing it references refers back to it; ``Runtime.close`` drops the table.
+    ``run`` and ``waiters`` do lead back to it (through the runtime), so a
+    runtime that is done with (closed, or a crashed life in the simulator) calls
+    ``Runtime.release_table``, or everything it held would live forever.
     """
 
     id: str

@@ -17,6 +17,7 @@ import dataclasses
 import hashlib
 import heapq
 import inspect
+import logging
 import random
 from collections.abc import Awaitable
 from typing import Any
@@ -98,6 +99,24 @@ _NOTHING_THERE: tuple[type[BaseException], ...] = (errors.NotFound, errors.Workf
                                                    errors.Cancelled, errors.QueryFailed)
 
 
+class _FrozenRecords(logging.Filter):
+    """Formats each engine log record at once and drops its arguments.
+
+    An argument such as a storage error holds its traceback, and through it a
+    whole simulated world: a handler that keeps records (pytest's capture over
+    a seed range) would keep every world alive.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.msg = record.getMessage()
+        record.args = None
+        record.exc_info = None
+        return True
+
+
+_ENGINE_LOGGERS = ("fusee", "fusee.scale")
+
+
 class World:
     """One seed's simulated run. ``run()`` returns a :class:`Result` or raises :class:`SimFailure`."""
 
@@ -128,6 +147,8 @@ class World:
         self.failure: SimFailure | None = None
         self.life = 0
         self.dead: list[SimLoop] = []
+        #: Engines of dead lives, whose tables bury() lets go of.
+        self.dead_engines: list[Any] = []
         #: The idle check found a record left behind (reported once per seed).
         self.idle_violation = False
         self.loop: SimLoop = SimLoop()
@@ -436,6 +457,8 @@ class World:
         self._check_stalls()
         self.dead.append(self.loop)
         self._add_engine_stats()
+        if self.engine is not None:
+            self.dead_engines.append(self.engine)
         self.engine = None
         self.closing = False
         for ix, n in self.inflight.items():
@@ -917,6 +940,17 @@ class World:
             self._crash(_CRASH)
 
     def run(self) -> Result:
+        """Runs the seed to its end; raises :class:`SimFailure` if a check fails."""
+        frozen = _FrozenRecords()
+        for name in _ENGINE_LOGGERS:
+            logging.getLogger(name).addFilter(frozen)
+        try:
+            return self._run()
+        finally:
+            for name in _ENGINE_LOGGERS:
+                logging.getLogger(name).removeFilter(frozen)
+
+    def _run(self) -> Result:
         cfg = self.cfg
         self.log(cfg.describe())
         for t_ms, action in sorted(self.plan.actions, key=lambda a: a[0]):
@@ -1023,6 +1057,12 @@ class World:
         for loop in [*self.dead, self.loop]:
             loop.bury()
         self.dead.clear()
+        # A crashed life's engine was never closed: its table still holds its runs.
+        for engine in [*self.dead_engines, self.engine]:
+            rt = getattr(engine, "_rt", None)
+            if rt is not None:
+                rt.release_table()
+        self.dead_engines.clear()
 
 
 async def _await(aw: Awaitable[Any]) -> Any:
@@ -1060,6 +1100,8 @@ def _describe(action: Action) -> str:
     if isinstance(action, FLOW_ACTIONS):
         return repr(action)
     return f"query {action.query.name} of {action.id}"
+
+
 
 
 def run_seed(seed: int, *, verbose: bool = False, config: SimConfig | None = None) -> Result:
