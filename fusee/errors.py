@@ -120,6 +120,15 @@ class OwnerUnreachable(FuseeError):
     """
 
 
+class RoutingRefused(FuseeError):
+    """A routing connection's other side did not prove the PostgreSQL namespace's routing secret.
+
+    Engines of one namespace prove to each other, on every TCP connection, that
+    they can read the namespace's tables; a process that cannot (another
+    database, another namespace, someone else on the network) is refused.
+    """
+
+
 class OutcomeUnknown(FuseeError):
     """The owner of the engine directory went away while it handled a routed call.
 

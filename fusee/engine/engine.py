@@ -37,6 +37,7 @@ from fusee.errors import (
     EngineClosed,
     FuseeError,
     InvalidWorkflowId,
+    LeaseHeld,
     LogCorrupted,
     StorageError,
     WrongEventLoop,
@@ -232,6 +233,7 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
         route_timeout: float = 30.0,
         namespace: str | None = None,
         lease_ttl: float | None = None,
+        route_address: str | None = None,
     ) -> _Opening:
         """Opens (or creates) the engine directory ``path`` and recovers it.
 
@@ -330,6 +332,7 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
                 telemetry=telemetry,
                 namespace=namespace,
                 lease_ttl=lease_ttl,
+                route_address=route_address,
             )
         )
 
@@ -365,6 +368,8 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
         _epoch: int = 0,
         namespace: str | None = None,
         lease_ttl: float | None = None,
+        route_address: str | None = None,
+        _pg_lease: Any = None,
     ) -> Engine:
         # What a follower needs to open the directory itself when it takes over.
         options = dict(
@@ -373,7 +378,8 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
             segment_bytes=segment_bytes, blob_threshold=blob_threshold, checkpoint_every=checkpoint_every,
             checkpoint_interval=checkpoint_interval, checkpoint_bytes=checkpoint_bytes, park_after=park_after,
             max_loaded=max_loaded, retention=retention, keep_history=keep_history, codec=codec, limits=limits,
-            telemetry=telemetry, route_timeout=route_timeout,
+            telemetry=telemetry, route_timeout=route_timeout, namespace=namespace, lease_ttl=lease_ttl,
+            route_address=route_address,
         )
         workflows = options["workflows"]  # type: ignore[assignment]
         if not isinstance(route_timeout, (int, float)) or isinstance(route_timeout, bool) or route_timeout <= 0:
@@ -443,9 +449,15 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
         if not on_postgres and (namespace is not None or lease_ttl is not None):
             raise ValueError("namespace= and lease_ttl= apply to a PostgreSQL DSN "
                              "('postgresql://...'), not to a directory")
-        if on_postgres and (read_only or truncate_corrupt):
-            raise ValueError("read_only= and truncate_corrupt= apply to a directory; "
-                             "a PostgreSQL namespace supports neither yet")
+        if on_postgres and truncate_corrupt:
+            raise ValueError("truncate_corrupt= applies to a directory, not to a PostgreSQL namespace")
+        if route_address is not None:
+            if not on_postgres:
+                raise ValueError("route_address= applies to a PostgreSQL DSN: on a directory the owner "
+                                 "serves the other processes on a Unix socket")
+            from fusee.scale.tcp import parse_address
+
+            parse_address(route_address)  # a clear error before anything is opened
 
         def open_log() -> tuple[SharedLog, Any]:
             if on_postgres:
@@ -454,7 +466,8 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
                 pg_log, pg_recovery = PostgresLog.open(
                     dir_path, shards,
                     namespace=pg_store.DEFAULT_NAMESPACE if namespace is None else namespace,
-                    lease_ttl=pg_store.DEFAULT_LEASE_TTL if lease_ttl is None else lease_ttl)
+                    lease_ttl=pg_store.DEFAULT_LEASE_TTL if lease_ttl is None else lease_ttl,
+                    lease=_pg_lease, read_only=read_only)
                 # The same interface as SharedLog (the committer and runtime see no difference).
                 return cast(SharedLog, pg_log), pg_recovery
             return SharedLog.open(
@@ -482,8 +495,20 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
             if not shared or exclusive or _lock is not None:
                 raise
             from fusee.scale.follower import Follower
+            from fusee.scale.places import DirectoryPlace
 
-            return await Follower.follow(dir_path, options, route_timeout)
+            return await Follower.follow(DirectoryPlace(dir_path), options, route_timeout)
+        except LeaseHeld:
+            if own_env and isinstance(env, RealEnv):
+                env.close()
+            if exclusive or _pg_lease is not None or not own_env:
+                raise
+            from fusee.scale.follower import Follower
+            from fusee.scale.places import PostgresPlace
+
+            place = PostgresPlace(dir_path, pg_store.DEFAULT_NAMESPACE if namespace is None else namespace,
+                                  pg_store.DEFAULT_LEASE_TTL if lease_ttl is None else lease_ttl)
+            return await Follower.follow(place, options, route_timeout)
         self = object.__new__(cls)
         self._env = env
         self._own_env = own_env
@@ -562,6 +587,8 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
             periodic.every(rt.loop, interval, self._periodic_checkpoint, self._wake_on_append)
         if shared:
             await self._serve_followers(dir_path, _lock is None)
+        elif on_postgres and not read_only and own_env:
+            await self._serve_over_tcp(route_address)
         return self
 
     async def _serve_followers(self, dir_path: str, register: bool) -> None:
@@ -582,6 +609,24 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
         except OSError as e:
             # Followers cannot reach us; this process still works alone.
             logger.warning("owner of %s cannot serve other processes (%s): their calls will fail", dir_path, e)
+            return
+        self._route_server = server
+
+    async def _serve_over_tcp(self, route_address: str | None) -> None:
+        """Owner of a PostgreSQL namespace: serve the other engines' routed calls over TCP."""
+        from fusee.scale.server import RouteServer
+        from fusee.scale.tcp import DEFAULT_ROUTE_ADDRESS
+
+        log: Any = self._log
+        try:
+            secret = await asyncio.get_running_loop().run_in_executor(None, log.routing_secret)
+            server = RouteServer(self, log.lease, log.dir.path, tcp=route_address or DEFAULT_ROUTE_ADDRESS,
+                                 secret=secret)
+            await server.start()
+        except Exception as e:
+            # The other engines cannot reach us; this one still serves the namespace alone.
+            logger.warning("owner of %s cannot serve other engines (%s): their calls will fail",
+                           log.dir.path, e)
             return
         self._route_server = server
 

@@ -52,8 +52,8 @@ from fusee.limits import Limit, LimitStatus
 from fusee.objects import ObjectDef
 from fusee.runtime.runtime import IF_FINISHED, IF_RUNNING
 from fusee.scale import wire
-from fusee.scale.lease import DirectoryLease, read_owner
-from fusee.scale.server import dispatch, os_address
+from fusee.scale.places import DirectoryPlace, Place, WaitingLease
+from fusee.scale.server import dispatch
 
 logger = logging.getLogger("fusee.scale")
 
@@ -164,7 +164,8 @@ class Follower(Engine):
     _by_name: dict[str, WorkflowDef[Any, Any]]
     _objects: dict[str, ObjectDef[Any]]
     _route_timeout: float
-    _lease: DirectoryLease
+    _place: Place
+    _lease: WaitingLease | None
     _stop: threading.Event
     _local: Engine | None
     _conn: _Connection | None
@@ -177,10 +178,11 @@ class Follower(Engine):
     _floop: asyncio.AbstractEventLoop
 
     @classmethod
-    async def follow(cls, path: str, options: dict[str, Any], route_timeout: float) -> Follower:
-        """A follower of ``path`` (which another process owns); starts waiting for its lease."""
+    async def follow(cls, place: Place, options: dict[str, Any], route_timeout: float) -> Follower:
+        """A follower of ``place`` (which another engine owns); starts waiting for its lease."""
         self = object.__new__(cls)
-        self._path = path
+        self._place = place
+        self._path = place.label
         self._options = options
         self._route_timeout = float(route_timeout)
         self._registry, self._by_name, self._objects = {}, {}, {}
@@ -204,24 +206,31 @@ class Follower(Engine):
         self._route_server = None
         self.recovered_records = 0
         self._env = types.SimpleNamespace(rng=random.Random(os.urandom(16)))
-        self._key = dir_key(path)
+        self._key = dir_key(place.target) if isinstance(place, DirectoryPlace) else None
         if self._key is not None:
             HELD_HERE.add(self._key)
+        self._lease = None
         self._stop = threading.Event()
         self._start_waiting()
+        await place.owner()  # who serves now (its epoch), before the first call needs it
         await self._refresh_quietly()  # without a view, sync reads say so; routed calls work anyway
         return self
 
     # --- the lease and takeover ---------------------------------------------------------
 
     def _start_waiting(self) -> None:
-        self._lease = DirectoryLease(self._path)
-        lease, stop, loop = self._lease, self._stop, self._floop
+        place, stop, loop = self._place, self._stop, self._floop
 
         def wait() -> None:
             try:
+                lease = self._lease = place.new_lease()
+                if stop.is_set():  # closed while the lease was being made
+                    lease.release()
+                    return
                 won = lease.wait_acquire(stop)
-            except Exception as e:  # e.g. the directory was removed
+                if won:
+                    place.won(lease)
+            except Exception as e:  # e.g. the directory was removed, the database unreachable
                 logger.error("follower of %s stopped waiting for its lease: %s", self._path, e)
                 return
             if won:
@@ -239,15 +248,17 @@ class Follower(Engine):
 
     async def _take_over(self) -> None:
         """The owner is gone and we hold the lease: open the directory as its owner."""
+        lease = self._lease
+        assert lease is not None
         if self._closed:
-            self._lease.release()
+            lease.release()
             return
-        fd = self._lease.handover()
         try:
-            eng = await Engine._open(self._path, **self._options, _lock=fd, _epoch=self._lease.epoch)
+            eng = await Engine._open(self._place.target, **self._options, **self._place.takeover_options(lease))
         except Exception as e:
             logger.error("follower of %s took the lease (epoch %d) but could not open the directory: %s; "
-                         "waiting for the lease again", self._path, self._lease.epoch, e)
+                         "waiting for the lease again", self._path, lease.epoch, e)
+            lease.release()
             self._start_waiting()
             return
         if self._closed:
@@ -280,8 +291,7 @@ class Follower(Engine):
     def epoch(self) -> int:
         if self._local is not None:
             return self._local.epoch
-        found = read_owner(self._path)
-        return found[0] if found else 0
+        return self._place.epoch
 
     # --- routing --------------------------------------------------------------------------
 
@@ -305,11 +315,11 @@ class Follower(Engine):
                 return None
             if self._conn is not None and self._conn.alive:
                 return self._conn
-            found = read_owner(self._path)
-            if found is not None:
-                epoch, address, _pid = found
+            address = await self._place.owner()
+            if address is not None:
+                epoch = self._place.epoch
                 try:
-                    reader, writer = await asyncio.open_unix_connection(os_address(address), limit=1 << 20)
+                    reader, writer = await self._place.connect(address)
                 except OSError:
                     pass  # a dead owner's address: its successor has not published yet
                 else:
@@ -637,7 +647,7 @@ class Follower(Engine):
         at = loop.time()
         opts = {**self._options, "read_only": True, "park_after": None, "truncate_corrupt": False,
                 "checkpoint_interval": None, "telemetry": False, "step_threads": 1}
-        view = await Engine._open(self._path, **opts)
+        view = await Engine._open(self._place.target, **opts)
         old, self._view, self._view_at = self._view, view, at
         if old is not None:
             await old.close()
@@ -726,7 +736,9 @@ class Follower(Engine):
             return
         self._closed = True
         self._stop.set()
-        self._lease.release()
+        if self._lease is not None and self._local is None:
+            self._lease.release()  # once the local engine opened on it, closing that engine releases it
+        self._place.close()
         if self._conn is not None:
             self._conn.close()
             with contextlib.suppress(BaseException):

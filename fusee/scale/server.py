@@ -1,4 +1,8 @@
-"""The owner's side of routing: a Unix socket server that runs followers' calls on its engine.
+"""The owner's side of routing: a server that runs followers' calls on its engine.
+
+On a directory it listens on a Unix socket (callers of this machine's user);
+on a PostgreSQL namespace on TCP (callers proving the namespace's routing
+secret, see :mod:`fusee.scale.tcp`).
 
 Each request runs as its own task (a slow ``result()`` does not hold up a
 signal behind it) and its reply is written when the engine's call returns:
@@ -25,7 +29,7 @@ from fusee import codec
 from fusee.core import records as rec
 from fusee.definitions import QueryDef, SignalDef, UpdateDef
 from fusee.errors import AlreadyExists, FuseeError
-from fusee.scale import wire
+from fusee.scale import tcp, wire
 
 if TYPE_CHECKING:
     from fusee.engine.engine import Engine
@@ -36,6 +40,8 @@ logger = logging.getLogger("fusee.scale")
 #: The socket's file in the directory, where Linux's abstract namespace does not exist.
 SOCKET_FILE = "owner.sock"
 _SUN_PATH_MAX = 107
+#: How long a TCP caller has to prove the routing secret.
+_HANDSHAKE_S = 10.0
 
 
 def socket_address(path: str, epoch: int) -> str:
@@ -206,10 +212,15 @@ async def dispatch(eng: Engine, method: str, args: list[Any]) -> Any:
 class RouteServer:
     """Serves routed calls on the owner's engine at the address its lease publishes."""
 
-    def __init__(self, engine: Engine, lease: Lease, path: str) -> None:
+    def __init__(self, engine: Engine, lease: Lease, path: str, *, tcp: str | None = None,
+                 secret: bytes | None = None) -> None:
+        assert (tcp is None) == (secret is None), "a TCP server authenticates its callers"
         self.engine = engine
         self.lease = lease
         self.path = path
+        #: ``host:port`` to listen on (a PostgreSQL namespace's owner), or None for the Unix socket.
+        self.tcp = tcp
+        self._secret = secret
         self.address = ""
         self._server: asyncio.AbstractServer | None = None
         self._conns: set[asyncio.StreamWriter] = set()
@@ -219,6 +230,13 @@ class RouteServer:
 
     async def start(self) -> str:
         """Listens and publishes the address; returns it."""
+        if self.tcp is not None:
+            host, port = tcp.parse_address(self.tcp)
+            self._server = await asyncio.start_server(self._serve_conn, host, port, limit=1 << 20)
+            bound = self._server.sockets[0].getsockname()
+            self.address = tcp.published(host, bound[1])
+            await asyncio.get_running_loop().run_in_executor(None, self.lease.publish, self.address)
+            return self.address
         address = socket_address(self.path, self.lease.epoch)
         target = os_address(address)
         if not address.startswith("@"):
@@ -231,10 +249,24 @@ class RouteServer:
         return address
 
     async def _serve_conn(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        sock = writer.get_extra_info("socket")
-        if sock is not None and not _same_user(sock):
-            writer.close()  # an abstract socket is reachable by any user of the machine: refuse others
-            return
+        if self._secret is not None:
+            try:
+                proved = await asyncio.wait_for(tcp.server_handshake(reader, writer, self._secret),
+                                                _HANDSHAKE_S)
+            except (asyncio.IncompleteReadError, ConnectionError, TimeoutError, asyncio.CancelledError):
+                proved = False
+            if not proved:
+                writer.close()
+                return
+            sock = writer.get_extra_info("socket")
+            if sock is not None:
+                with contextlib.suppress(OSError):
+                    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        else:
+            sock = writer.get_extra_info("socket")
+            if sock is not None and not _same_user(sock):
+                writer.close()  # an abstract socket is reachable by any user of the machine: refuse others
+                return
         self._conns.add(writer)
         try:
             while True:
@@ -279,7 +311,7 @@ class RouteServer:
             t.cancel()
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
-        if self.address and not self.address.startswith("@"):
+        if self.address and self.tcp is None and not self.address.startswith("@"):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self.address)
 

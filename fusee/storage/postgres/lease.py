@@ -63,6 +63,11 @@ class Lease:
         self._thread: threading.Thread | None = None
         self._closed = False
 
+    @property
+    def renewing(self) -> bool:
+        """Whether a thread renews this lease now."""
+        return self._thread is not None
+
     # --- the routing-facing interface --------------------------------------------
 
     def try_acquire(self) -> bool:

@@ -47,6 +47,8 @@ class Location:
 
     path: str
     live: bool = False
+    #: The lease's epoch this log writes under (0: read-only).
+    epoch: int = 0
 
 
 class _Batch:
@@ -76,11 +78,12 @@ class PgFlushJob(FlushJob):
 class PostgresLog(FlushLifecycle):
     """The engine's durable log in a PostgreSQL namespace. Owned by one thread; ``FlushJob.run`` may run elsewhere."""
 
-    def __init__(self, dsn: str, namespace: str, shards: int, conn: Any, lease: Lease) -> None:
+    def __init__(self, dsn: str, namespace: str, shards: int, conn: Any, lease: Lease | None) -> None:
         self.shards = shards
         self.namespace = namespace
-        self.lease = lease
-        self.dir = Location(f"{describe(dsn)}#{namespace}")
+        #: None for a read-only log (it appends nothing, so it fences nothing).
+        self._lease = lease
+        self.dir = Location(f"{describe(dsn)}#{namespace}", epoch=lease.epoch if lease is not None else 0)
         self.read_only = False
         self.failed: BaseException | None = None
         self.flush_seconds: collections.deque[float] = collections.deque(maxlen=1024)
@@ -131,7 +134,8 @@ class PostgresLog(FlushLifecycle):
 
     @classmethod
     def open(cls, dsn: str, shards: int | None, *, namespace: str = DEFAULT_NAMESPACE,
-             lease_ttl: float = DEFAULT_LEASE_TTL) -> tuple[PostgresLog, Recovery]:
+             lease_ttl: float = DEFAULT_LEASE_TTL, lease: Lease | None = None,
+             read_only: bool = False) -> tuple[PostgresLog, Recovery]:
         """Connects, creates or migrates the namespace, takes its lease, and reads the log back.
 
         Raises ``DatabaseUnavailable`` (bad DSN, server unreachable, psycopg
@@ -139,15 +143,32 @@ class PostgresLog(FlushLifecycle):
         ``LeaseHeld`` naming the engine that serves the namespace now. On
         return this engine holds the lease (renewed on a thread) and the
         recovery holds every record after the checkpoint, in log order.
+        ``lease`` is one this engine already acquired (a standby taking over).
+
+        ``read_only=True`` takes no lease and changes nothing: the log reads
+        what the namespace holds now, and refuses appends.
         """
         schema.check_namespace(namespace)
         psycopg = driver()
         conn = connect(dsn, "log")
-        lease: Lease | None = None
+        if read_only:
+            try:
+                try:
+                    have = schema.check_readable(conn, namespace)
+                    log = cls(dsn, namespace, have, conn, None)
+                    log.read_only = True
+                    return log, log._recover()
+                except psycopg.Error as e:
+                    raise StorageError(f"reading the PostgreSQL namespace {namespace!r} on {describe(dsn)} "
+                                       f"failed: {str(e).strip()}") from e
+            except BaseException:
+                conn.close()
+                raise
         try:
             try:
                 have = schema.ensure(conn, namespace, shards)
-                lease = Lease(dsn, namespace, lease_ttl)
+                if lease is None:
+                    lease = Lease(dsn, namespace, lease_ttl)
                 # A holder seen expired by the second statement lost its lease in between: retry once.
                 if not lease.try_acquire() and not (lease.holder() is None and lease.try_acquire()):
                     holder = lease.holder()
@@ -162,7 +183,8 @@ class PostgresLog(FlushLifecycle):
                     f"opening the PostgreSQL namespace {namespace!r} on {describe(dsn)} failed: "
                     f"{str(e).strip()}. Nothing acknowledged is lost; fix the cause and open it again."
                 ) from e
-            lease.start_renewing()
+            if not lease.renewing:
+                lease.start_renewing()
             return log, recovery
         except BaseException:
             if lease is not None:
@@ -207,8 +229,20 @@ class PostgresLog(FlushLifecycle):
 
     # --- the owner's API (as SharedLog) --------------------------------------------
 
+    @property
+    def lease(self) -> Lease:
+        """This engine's lease on the namespace (a writing log has one)."""
+        assert self._lease is not None, "a read-only log holds no lease"
+        return self._lease
+
+    def routing_secret(self) -> bytes:
+        """The key the namespace's engines authenticate routed calls with."""
+        return schema.routing_secret(self._conn, self.namespace)
+
     def append(self, shard: int, data: bytes | bytearray | memoryview) -> int:
         """Adds a record to the pending batch (no I/O) and returns its shard-local LSN."""
+        if self.read_only:
+            raise LogFailed("a read-only view of the namespace takes no records")
         if self.failed is not None:
             raise self.failure()
         if self._closed:
@@ -265,6 +299,8 @@ class PostgresLog(FlushLifecycle):
         assert len(covered) == self.shards
         assert all(0 <= c <= a for c, a in zip(covered, self._appended, strict=True)), \
             "a checkpoint cannot cover records that were never appended"
+        if self.read_only:
+            raise LogFailed("a read-only view of the namespace writes no checkpoint")
         self.flush()
         self.since_checkpoint = 0
         try:
@@ -283,7 +319,8 @@ class PostgresLog(FlushLifecycle):
         self._closed = True
         if self._job is not None and not self._job.done:
             self._job.wait()
-        self.lease.release()
+        if self._lease is not None:
+            self._lease.release()
         try:
             self._conn.close()
         except Exception:
@@ -331,7 +368,8 @@ class PostgresLog(FlushLifecycle):
                     "lost. The log takes no more records: close the engine and open it again."
                 )
                 self.failed.__cause__ = error
-            self.lease.stop_renewing()
+            if self._lease is not None:
+                self._lease.stop_renewing()
             if self.on_failed is not None:
                 self.on_failed(self.failed)
 

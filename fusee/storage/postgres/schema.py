@@ -9,6 +9,7 @@ using different namespaces. Tables (``{ns}`` is the namespace)::
     {ns}.records         (shard, lsn) -> the engine's record bytes, with the flush (batch)
                          and position in it that give recovery the log's order
     {ns}.checkpoint      one row: per-shard LSNs covered, and the engine's opaque state
+    {ns}.routing         one row: the secret the namespace's engines authenticate routed calls with
 
 Migrations run in one transaction under an advisory lock, so two engines
 opening a new namespace at once create it once. A version higher than this
@@ -18,6 +19,7 @@ Only what PostgreSQL 14 has is used.
 
 from __future__ import annotations
 
+import os
 import re
 from typing import Any
 
@@ -54,6 +56,14 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
                batch bigint NOT NULL,
                state bytea NOT NULL,
                written_at timestamptz NOT NULL DEFAULT now())""",
+    ),
+    (
+        # The key engines of one namespace prove themselves with when they route calls
+        # to its owner over TCP: only who can read the namespace's tables has it.
+        # (``ensure`` fills it from os.urandom: the server's random() is no key generator.)
+        """CREATE TABLE {ns}.routing (
+               id boolean PRIMARY KEY DEFAULT true CHECK (id),
+               secret bytea NOT NULL)""",
     ),
 )
 #: The schema version this code writes and reads.
@@ -111,6 +121,8 @@ def ensure(conn: Any, namespace: str, shards: int | None) -> int:
             for statement in MIGRATIONS[v - 1]:
                 conn.execute(statement.format(ns=ns))
             conn.execute(f"INSERT INTO {ns}.schema_version (version) VALUES (%s)", (v,))
+        conn.execute(f"INSERT INTO {ns}.routing (id, secret) VALUES (true, %s) ON CONFLICT (id) DO NOTHING",
+                     (os.urandom(32),))
         row = conn.execute(f"SELECT shards FROM {ns}.meta").fetchone()
         if row is None:
             conn.execute(f"INSERT INTO {ns}.meta (shards) VALUES (%s)", (shards or 1,))
@@ -123,3 +135,27 @@ def ensure(conn: Any, namespace: str, shards: int | None) -> int:
                 f"shards={have} (or without shards=), or use another namespace."
             )
         return have
+
+
+def routing_secret(conn: Any, namespace: str) -> bytes:
+    """The namespace's routing secret (see migration 2)."""
+    row = conn.execute(f"SELECT secret FROM {table(namespace, 'routing')}").fetchone()
+    return bytes(row[0])
+
+
+def check_readable(conn: Any, namespace: str) -> int:
+    """The shard count of an existing namespace, touching nothing (a read-only open).
+
+    Raises ``StorageError`` when the namespace has no Fusee tables and
+    ``SchemaVersionMismatch`` when a newer Fusee wrote it.
+    """
+    from fusee.errors import StorageError
+
+    found = version(conn, namespace)
+    if found == 0:
+        raise StorageError(f"the PostgreSQL namespace {namespace!r} holds no Fusee tables: nothing to "
+                           "read (an engine that writes creates them)")
+    if found > VERSION:
+        raise SchemaVersionMismatch(namespace, found, VERSION)
+    row = conn.execute(f"SELECT shards FROM {table(namespace, 'meta')}").fetchone()
+    return int(row[0])

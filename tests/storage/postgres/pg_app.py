@@ -52,7 +52,7 @@ async def open_engine() -> fusee.Engine:
     deadline = time.monotonic() + 30
     while True:
         try:
-            return await fusee.Engine.open(DSN, workflows=[chain], shards=4, lease_ttl=LEASE_TTL)
+            return await fusee.Engine.open(DSN, workflows=[chain], shards=4, lease_ttl=LEASE_TTL, exclusive=True)
         except LeaseHeld as e:
             if time.monotonic() > deadline:
                 raise

@@ -106,7 +106,7 @@ async def test_a_paused_owner_is_fenced_after_a_takeover(pg_dsn: str, tmp_path: 
         deadline = time.monotonic() + 30
         while True:  # the server's clock decides when the paused owner's lease expired
             try:
-                b = await fusee.Engine.open(pg_dsn, workflows=[], lease_ttl=30)
+                b = await fusee.Engine.open(pg_dsn, workflows=[], lease_ttl=30, exclusive=True)
                 break
             except LeaseHeld:
                 assert time.monotonic() < deadline, "the paused owner's lease never expired"

@@ -96,7 +96,7 @@ async def test_a_second_open_while_the_lease_is_live_names_the_holder(pg_dsn: st
     first = await fusee.Engine.open(pg_dsn, workflows=[chain])
     owner = first._log.lease.owner  # type: ignore[attr-defined]
     with pytest.raises(LeaseHeld) as err:
-        await fusee.Engine.open(pg_dsn, workflows=[chain])
+        await fusee.Engine.open(pg_dsn, workflows=[chain], exclusive=True)
     assert err.value.owner == owner and err.value.epoch == 1
     assert owner in str(err.value) and "epoch 1" in str(err.value)
     await first.close()

@@ -1,0 +1,175 @@
+"""Where an engine's ownership lives, as a follower sees it: a local directory or a PostgreSQL namespace.
+
+A follower needs the same five things of either place: a lease to wait for,
+how to open the place as its owner once it won that lease, where the current
+owner serves, how to connect there, and how to read the place for its
+synchronous reads. :class:`DirectoryPlace` answers them with the directory's
+``flock``, ``<dir>/owner`` and a Unix socket; :class:`PostgresPlace` with the
+namespace's lease row and TCP (authenticated by the namespace's routing
+secret, see :mod:`fusee.scale.tcp`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+from typing import Any, Protocol
+
+from fusee.scale import tcp
+from fusee.scale.lease import DirectoryLease, read_owner
+from fusee.scale.server import os_address
+
+
+class WaitingLease(Protocol):
+    """A lease a follower waits for in a thread (see :class:`fusee.scale.lease.Lease`)."""
+
+    epoch: int
+
+    def wait_acquire(self, stop: threading.Event) -> bool: ...
+
+    def release(self) -> None: ...
+
+
+class Place(Protocol):
+    #: What ``Engine.open`` takes (a path or a DSN).
+    target: str
+    #: How messages name the place (a DSN without its password).
+    label: str
+    #: The owner's epoch last seen (0: none yet).
+    epoch: int
+
+    def new_lease(self) -> WaitingLease:
+        """A lease to wait for (called on the waiting thread: it may block)."""
+        ...
+
+    def won(self, lease: Any) -> None:
+        """The waiting thread won ``lease`` (keep it alive until the engine opens on it)."""
+        ...
+
+    def takeover_options(self, lease: Any) -> dict[str, Any]:
+        """``Engine._open`` options that open the place on the won ``lease``."""
+        ...
+
+    async def owner(self) -> str | None:
+        """Where the current owner serves (None: nobody serves yet)."""
+        ...
+
+    async def connect(self, address: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """A connection to the owner at ``address``, ready for frames (``OSError`` if it is not there)."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class DirectoryPlace:
+    """A local directory: the ``flock`` lease, ``<dir>/owner``, a Unix socket."""
+
+    def __init__(self, path: str) -> None:
+        self.target = self.label = path
+        self.epoch = 0
+
+    def new_lease(self) -> DirectoryLease:
+        return DirectoryLease(self.target)
+
+    def won(self, lease: Any) -> None:
+        pass
+
+    def takeover_options(self, lease: Any) -> dict[str, Any]:
+        return {"_lock": lease.handover(), "_epoch": lease.epoch}
+
+    async def owner(self) -> str | None:
+        found = read_owner(self.target)
+        if found is None:
+            return None
+        self.epoch = found[0]
+        return found[1]
+
+    async def connect(self, address: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        return await asyncio.open_unix_connection(os_address(address), limit=1 << 20)
+
+    def close(self) -> None:
+        pass
+
+
+class PostgresPlace:
+    """A PostgreSQL namespace: its lease row (with expiry) and TCP to the address the owner published."""
+
+    def __init__(self, dsn: str, namespace: str, ttl: float) -> None:
+        from fusee.storage.postgres.connection import describe
+
+        self.target = dsn
+        self.namespace = namespace
+        self.ttl = ttl
+        self.label = f"{describe(dsn)}#{namespace}"
+        self.epoch = 0
+        self._probe: Any = None  # a Lease used only to read the row (its own connection)
+        self._secret: bytes | None = None
+        self._mutex = threading.Lock()
+
+    def new_lease(self) -> Any:
+        from fusee.storage.postgres.lease import Lease
+
+        return Lease(self.target, self.namespace, self.ttl)
+
+    def won(self, lease: Any) -> None:
+        # Renew at once: the engine's open (recovery) may take longer than the TTL.
+        lease.start_renewing()
+
+    def takeover_options(self, lease: Any) -> dict[str, Any]:
+        return {"_pg_lease": lease}
+
+    def _read_owner(self) -> tuple[str | None, bytes]:
+        from fusee.storage.postgres import schema
+        from fusee.storage.postgres.lease import Lease
+
+        with self._mutex:
+            if self._probe is None:
+                self._probe = Lease(self.target, self.namespace, self.ttl)
+            try:
+                holder = self._probe.holder()
+                if self._secret is None:
+                    self._secret = schema.routing_secret(self._probe._conn, self.namespace)
+            except Exception:
+                # A broken connection: the next look opens a new one.
+                probe, self._probe = self._probe, None
+                with contextlib.suppress(Exception):
+                    probe._conn.close()
+                raise
+            secret = self._secret
+        if holder is None or holder.address is None:
+            return None, secret
+        self.epoch = holder.epoch
+        return holder.address, secret
+
+    async def owner(self) -> str | None:
+        try:
+            address, _ = await asyncio.get_running_loop().run_in_executor(None, self._read_owner)
+        except Exception:
+            return None  # the server is unreachable for now: no owner to reach either
+        return address
+
+    async def connect(self, address: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        if not tcp.is_tcp(address):
+            raise OSError(f"the namespace's owner published {address!r}, not a TCP address")
+        secret = self._secret
+        assert secret is not None, "owner() reads the secret before connect()"
+        host, port = tcp.dial_target(address)
+        reader, writer = await asyncio.open_connection(host, port, limit=1 << 20)
+        try:
+            await asyncio.wait_for(tcp.client_handshake(reader, writer, secret), 10.0)
+        except (asyncio.IncompleteReadError, TimeoutError) as e:
+            writer.close()
+            raise OSError(f"the owner at {address} did not complete the routing handshake") from e
+        except BaseException:
+            writer.close()
+            raise
+        return reader, writer
+
+    def close(self) -> None:
+        with self._mutex:
+            probe, self._probe = self._probe, None
+        if probe is not None:
+            with contextlib.suppress(Exception):
+                probe._conn.close()
+
