@@ -587,8 +587,14 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
             periodic.every(rt.loop, interval, self._periodic_checkpoint, self._wake_on_append)
         if shared:
             await self._serve_followers(dir_path, _lock is None)
-        elif on_postgres and not read_only and own_env:
-            await self._serve_over_tcp(route_address)
+        elif on_postgres and not read_only:
+            pg_log: Any = log
+            loop = rt.loop
+            # A renewal that finds the lease gone fails the log at once: an idle engine learns it
+            # lost the namespace within a third of the TTL, not at its next flush.
+            pg_log.lease.on_lost = lambda: loop.call_soon_threadsafe(pg_log.lease_lost)
+            if own_env:
+                await self._serve_over_tcp(route_address)
         return self
 
     async def _serve_followers(self, dir_path: str, register: bool) -> None:

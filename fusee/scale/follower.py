@@ -213,6 +213,8 @@ class Follower(Engine):
         self._stop = threading.Event()
         self._start_waiting()
         await place.owner()  # who serves now (its epoch), before the first call needs it
+        if place.watch_every is not None:
+            self._spawn(self._watch_owner(place.watch_every))
         await self._refresh_quietly()  # without a view, sync reads say so; routed calls work anyway
         return self
 
@@ -240,6 +242,21 @@ class Follower(Engine):
                     lease.release()
 
         threading.Thread(target=wait, name=f"fusee-lease {self._path}", daemon=True).start()
+
+    async def _watch_owner(self, every: float) -> None:
+        """Drops the connection to an owner whose lease another engine took (a stopped or cut-off
+        owner answers nothing, and would never close it): calls waiting on it are sent again to
+        the new owner when that is safe, else raise ``OutcomeUnknown``."""
+        while not self._closed and self._local is None:
+            await asyncio.sleep(every)
+            conn = self._conn
+            if conn is None or not conn.alive:
+                continue
+            address = await self._place.owner()
+            if address is not None and self._place.epoch > conn.epoch:
+                logger.info("follower of %s: epoch %d took over from %d; dropping the old connection",
+                            self._path, self._place.epoch, conn.epoch)
+                conn.close()
 
     def _spawn(self, coro: Awaitable[Any]) -> None:
         t = asyncio.ensure_future(coro)

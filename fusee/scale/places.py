@@ -38,6 +38,9 @@ class Place(Protocol):
     label: str
     #: The owner's epoch last seen (0: none yet).
     epoch: int
+    #: How often a follower checks that the owner it is connected to still holds the lease
+    #: (None: a lease that cannot be taken from a live holder).
+    watch_every: float | None
 
     def new_lease(self) -> WaitingLease:
         """A lease to wait for (called on the waiting thread: it may block)."""
@@ -68,6 +71,7 @@ class DirectoryPlace:
     def __init__(self, path: str) -> None:
         self.target = self.label = path
         self.epoch = 0
+        self.watch_every: float | None = None
 
     def new_lease(self) -> DirectoryLease:
         return DirectoryLease(self.target)
@@ -103,6 +107,7 @@ class PostgresPlace:
         self.ttl = ttl
         self.label = f"{describe(dsn)}#{namespace}"
         self.epoch = 0
+        self.watch_every: float | None = ttl / 3
         self._probe: Any = None  # a Lease used only to read the row (its own connection)
         self._secret: bytes | None = None
         self._mutex = threading.Lock()

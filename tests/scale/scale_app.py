@@ -1,8 +1,9 @@
 """One of several processes on one engine directory (a worker of a scaled-out app).
 
-Usage: python scale_app.py DIR NAME N
+Usage: python scale_app.py DIR NAME N [DSN]
 
-Opens DIR (the first process owns it, the others follow), starts N ``job``
+Opens DIR, or the PostgreSQL DSN when given (the first process owns it, the
+others follow; on PostgreSQL with a 1 s lease), starts N ``job``
 workflows named NAME-i, eight at a time, through its engine, prints a JSON line
 per acknowledged start, then waits for every result and prints it, and closes once DIR/release exists. Steps append
 ``<workflow id> <step>`` to DIR/ledger.txt (their effects), one line per run.
@@ -19,6 +20,7 @@ from typing import Any
 import fusee
 
 DIR, NAME, N = sys.argv[1], sys.argv[2], int(sys.argv[3])
+DSN = sys.argv[4] if len(sys.argv) > 4 else None
 LEDGER = os.path.join(DIR, "ledger.txt")
 
 
@@ -44,24 +46,41 @@ async def job(ctx: fusee.Ctx, x: int) -> int:
 
 
 async def main() -> None:
-    engine = await fusee.Engine.open(DIR, workflows=[job], route_timeout=60)
+    if DSN is None:
+        engine = await fusee.Engine.open(DIR, workflows=[job], route_timeout=60)
+    else:
+        engine = await fusee.Engine.open(DSN, workflows=[job], route_timeout=60, lease_ttl=1, shards=4)
     emit(opened=os.getpid(), owner=engine.is_owner, epoch=engine.epoch)
     sem = asyncio.Semaphore(8)
+
+    acked: list[str] = []
 
     async def one(i: int) -> None:
         async with sem:
             wid = f"{NAME}-{i}"
-            await engine.start(job, wid, i)
+            try:
+                await engine.start(job, wid, i)
+            except fusee.EngineClosed:
+                emit(refused=wid)  # an owner that lost its lease acknowledges nothing more
+                return
+            acked.append(wid)
             emit(acked=wid)
 
     await asyncio.gather(*(one(i) for i in range(N)))
-    for i in range(N):
-        wid = f"{NAME}-{i}"
-        emit(done=wid, result=await engine.get(wid).result())
-    emit(finished=os.getpid(), owner=engine.is_owner, epoch=engine.epoch)
-    # Stays open (owner or follower) until the test lets the processes go.
-    while not os.path.exists(os.path.join(DIR, "release")):
+    for wid in acked:
+        try:
+            emit(done=wid, result=await engine.get(wid).result())
+        except fusee.EngineClosed:
+            emit(refused=wid)
+    failure = engine.failure
+    emit(finished=os.getpid(), owner=engine.is_owner, epoch=engine.epoch,
+         failed=None if failure is None else type(failure).__name__)
+    # Stays open (owner or follower) until the test lets the processes go, or its engine fails
+    # (an owner that lost its lease to another process: it says so and leaves).
+    while not os.path.exists(os.path.join(DIR, "release")) and engine.failure is None:
         await asyncio.sleep(0.01)
+    if engine.failure is not None:
+        emit(closing=os.getpid(), failed=type(engine.failure).__name__)
     await engine.close()
 
 

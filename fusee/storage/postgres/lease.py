@@ -56,6 +56,8 @@ class Lease:
         self.epoch = 0
         #: Set once a renewal found the lease gone: it never comes back.
         self.lost = threading.Event()
+        #: Called (on the renewal thread) when a renewal finds the lease gone.
+        self.on_lost: Callable[[], None] | None = None
         self._table = table(namespace, "lease")
         self._dsn = dsn
         self._conn: Any = connect(dsn, "lease")
@@ -201,6 +203,7 @@ class Lease:
                 continue
             logger.error("the lease of namespace %r (epoch %d) was lost: another engine may serve it; "
                          "this engine acknowledges nothing more", self.namespace, self.epoch)
-            if on_lost is not None:
-                on_lost()
+            for callback in (on_lost, self.on_lost):
+                if callback is not None:
+                    callback()
             return

@@ -341,6 +341,13 @@ class PostgresLog(FlushLifecycle):
         self.batches_written += 1
         self.records_written += b.records
 
+    def lease_lost(self) -> None:
+        """A renewal found the lease gone: the log fails now, not at its next flush (call on the
+        thread that owns the log). A flush already in flight still completes or fails on its own
+        fence: what the server committed under the lease was durable before any takeover."""
+        if self.failed is None and not self._closed:
+            self._fail(self._lost())
+
     def _lost(self) -> LeaseLost:
         try:
             holder = self.lease.holder()

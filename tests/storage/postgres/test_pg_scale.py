@@ -3,7 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -12,7 +18,7 @@ import pytest
 import fusee
 from fusee.errors import LeaseHeld, RoutingRefused
 from fusee.scale import tcp
-from tests.helpers import until
+from tests.helpers import finish, ledger, until
 
 approve = fusee.signal("approve", int)
 ran: list[str] = []
@@ -103,3 +109,128 @@ async def test_a_follower_takes_over_when_the_owner_dies(pg_dsn: str) -> None:
     assert ran.count("o-2/quote") == 1  # its recorded result was not run again
     await follower.close()
     assert rows(pg_dsn, "SELECT epoch, owner FROM fusee.lease") == [(2, None)]
+
+
+# --- real processes: three workers on one namespace ---------------------------------------
+
+APP = Path(__file__).resolve().parents[2] / "scale" / "scale_app.py"
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def spawn(d: Path, name: str, n: int, dsn: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, str(APP), str(d), name, str(n), dsn], stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONPATH=str(ROOT)),
+    )
+
+
+def wait(cond: Any, procs: list[subprocess.Popen[str]], timeout: float = 90) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        for p in procs:
+            if p.poll() is not None and p.returncode != 0:
+                raise AssertionError(f"a worker failed: {p.communicate()}")
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(0.01)
+
+
+def owner_pid(dsn: str) -> tuple[int, int]:
+    """(epoch, pid) of the namespace's live lease holder."""
+    [(owner, epoch)] = rows(dsn, "SELECT owner, epoch FROM fusee.lease WHERE expires_at > now()")
+    return epoch, int(owner.split(":")[1])
+
+
+def check_steps_in_order(d: Path, runs: dict[str, int]) -> None:
+    """A step begins only once its predecessor's result is durable: repeats only of the step in flight."""
+    seen: dict[str, int] = {}
+    for line in ledger(d):
+        wid, k = line.split()
+        assert int(k) >= seen.get(wid, 0), f"{wid}: step s{seen[wid]} ran after s{k} began again"
+        seen[wid] = int(k)
+    for wid, got in runs.items():
+        x = int(wid.split("-")[1])
+        assert got == 3 * x + 3, (wid, got)
+        assert seen.get(wid) == 2, wid
+
+
+async def final_results(dsn: str, wids: set[str]) -> dict[str, int]:
+    from tests.scale.test_directory_scale import _job
+
+    async with await fusee.Engine.open(dsn, workflows=[_job()], exclusive=True, lease_ttl=1) as engine:
+        return {wid: await engine.get(wid).result() for wid in wids}
+
+
+def test_three_workers_sigkill_the_owner_mid_load(pg_dsn: str, tmp_path: Path) -> None:
+    d = tmp_path / "data"
+    d.mkdir()
+    first = spawn(d, "a", 300, pg_dsn)
+    assert first.stdout is not None
+    opened = json.loads(first.stdout.readline())
+    assert opened["owner"] and opened["epoch"] == 1
+    procs = [first, *(spawn(d, name, 300, pg_dsn) for name in ("b", "c"))]
+    wait(lambda: len({line.split()[0].split("-")[0] for line in ledger(d)}) == 3 and len(ledger(d)) >= 200,
+         procs)
+    epoch, pid = owner_pid(pg_dsn)
+    victim = next(p for p in procs if p.pid == pid)
+    assert len(ledger(d)) < 3 * 3 * 300, "the load ended before the kill: give it more work"
+    killed_at = time.monotonic()
+    victim.send_signal(signal.SIGKILL)
+    (d / "release").touch()
+    out, _ = victim.communicate(timeout=60)
+    killed_acks = {json.loads(x)["acked"] for x in out.splitlines() if '"acked"' in x}
+    results: dict[str, int] = {}
+    takeover = False
+    for p in procs:
+        if p is victim:
+            continue
+        lines = finish(p, timeout=180)
+        acked = {x["acked"] for x in lines if "acked" in x}
+        done = {x["done"]: x["result"] for x in lines if "done" in x}
+        assert acked == set(done), "a start acknowledged through a follower did not complete"
+        assert len(acked) == 300  # every start a follower made was acknowledged
+        results.update(done)
+        takeover |= any(x.get("owner") and x.get("epoch", 0) > epoch for x in lines if "finished" in x)
+    assert takeover, "no follower took the namespace over"
+    assert time.monotonic() - killed_at < 120
+    results.update(asyncio.run(final_results(pg_dsn, killed_acks)))
+    check_steps_in_order(d, results)
+
+
+def test_a_stopped_owner_is_fenced_when_a_follower_takes_over(pg_dsn: str, tmp_path: Path) -> None:
+    d = tmp_path / "data"
+    d.mkdir()
+    first = spawn(d, "a", 300, pg_dsn)
+    assert first.stdout is not None
+    assert json.loads(first.stdout.readline())["owner"]
+    procs = [first, *(spawn(d, name, 300, pg_dsn) for name in ("b", "c"))]
+    wait(lambda: len({line.split()[0].split("-")[0] for line in ledger(d)}) == 3 and len(ledger(d)) >= 200,
+         procs)
+    assert len(ledger(d)) < 3 * 3 * 300, "the load ended before the pause: give it more work"
+    first.send_signal(signal.SIGSTOP)
+    try:
+        # Past its 1 s lease a follower takes over with the next epoch.
+        wait(lambda: rows(pg_dsn, "SELECT epoch FROM fusee.lease WHERE expires_at > now()") == [(2,)],
+             procs[1:], timeout=60)
+        stopped_knows = rows(pg_dsn, "SELECT count(*) FROM fusee.records")
+    finally:
+        first.send_signal(signal.SIGCONT)
+    # Resumed, it learns it lost the namespace (at its next renewal or flush) and leaves on its
+    # own: the release file is not there yet.
+    lines_a = finish(first, timeout=60)
+    (d / "release").touch()
+    acked_a = {x["acked"] for x in lines_a if "acked" in x}
+    assert lines_a[-1] == {"closing": first.pid, "failed": "LeaseLost"}, lines_a[-1]
+    assert stopped_knows
+    results: dict[str, int] = {}
+    for p in procs[1:]:
+        lines = finish(p, timeout=180)
+        acked = {x["acked"] for x in lines if "acked" in x}
+        done = {x["done"]: x["result"] for x in lines if "done" in x}
+        assert acked == set(done) and len(acked) == 300
+        results.update(done)
+    # Whatever the stopped owner acknowledged (before the pause) is there; nothing after.
+    results.update(asyncio.run(final_results(pg_dsn, acked_a)))
+    check_steps_in_order(d, results)
+    # Each owner in turn (the stopped one, the follower that took over, any that took over when
+    # that one closed, this check's own engine) wrote a larger epoch.
+    assert rows(pg_dsn, "SELECT epoch FROM fusee.lease")[0][0] >= 3
