@@ -67,6 +67,11 @@ class Sabotage:
     # scale-out (caught by fusee.sim.scaleout, not by the single-process world)
     #: A new owner writes its epoch without syncing it: a power loss takes it back.
     epoch_not_durable: bool = False
+    #: A flush (or checkpoint) of a namespace is written without checking the writer still holds
+    #: the lease under its epoch (caught by fusee.sim.expiry).
+    append_skips_epoch_check: bool = False
+    #: A lease renewal extends a lease that already expired (caught by fusee.sim.expiry).
+    renewal_ignores_expiry: bool = False
 
 
 #: The switches in force. Engine code reads them; only tests write them.

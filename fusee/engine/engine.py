@@ -370,6 +370,7 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
         lease_ttl: float | None = None,
         route_address: str | None = None,
         _pg_lease: Any = None,
+        _fence: Callable[[], None] | None = None,
     ) -> Engine:
         # What a follower needs to open the directory itself when it takes over.
         options = dict(
@@ -569,6 +570,8 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
                 env.close()
             raise
         log.on_failed = self._fail_waiters
+        if _fence is not None:
+            log.fence = _fence
         if checkpoint_bytes is not None:
             log.checkpoint_bytes = checkpoint_bytes
         rt = self._rt

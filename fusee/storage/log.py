@@ -224,6 +224,9 @@ class SharedLog(FlushLifecycle):
         self.storage = storage
         self.dir = directory
         self.shards = shards
+        #: Called before every write (flush, checkpoint); raises ``LeaseLost`` when the writer no
+        #: longer holds an expiring lease (the simulator's lease store; a directory's flock needs none).
+        self.fence: Callable[[], None] | None = None
         self.segment_bytes = segment_bytes
         self.blob_threshold = blob_threshold
         self.align = align
@@ -587,6 +590,8 @@ class SharedLog(FlushLifecycle):
                 start = seg.number
                 break
         try:
+            if self.fence is not None:
+                self.fence()
             write_durably(self.storage, self.dir.path, CKPT_NAME,
                           Checkpoint(tuple(covered), start, bytes(state), self._last_segment[3]).encode())
             gone = [seg for seg in self._segments if seg.number < start]
@@ -626,6 +631,8 @@ class SharedLog(FlushLifecycle):
     # --- the writer (FlushJob.run) ------------------------------------------------
 
     def _write_batch(self, job: FlushJob) -> None:
+        if self.fence is not None:
+            self.fence()  # raises LeaseLost: the writer no longer holds the lease
         s = self.storage
         b = job.builder
         names: list[str] = []

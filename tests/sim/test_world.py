@@ -102,10 +102,12 @@ def _implemented(switch: str) -> bool:
 
 
 def _world_switches() -> list[str]:
-    """The sabotage switches this world must catch (tests/sim/test_scaleout.py has the scale-out ones)."""
-    from fusee.sim import scaleout
+    """The sabotage switches this world must catch (tests/sim/test_scaleout.py and test_expiry.py
+    have the scale-out ones)."""
+    from fusee.sim import expiry, scaleout
 
-    return [f.name for f in dataclasses.fields(sabotage.Sabotage) if f.name not in scaleout.SWITCHES]
+    elsewhere = {*scaleout.SWITCHES, *expiry.SWITCHES}
+    return [f.name for f in dataclasses.fields(sabotage.Sabotage) if f.name not in elsewhere]
 
 
 @pytest.mark.parametrize("switch", _world_switches())

@@ -22,6 +22,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from fusee import sabotage
 from fusee.storage.postgres.connection import connect
 from fusee.storage.postgres.schema import table
 
@@ -155,9 +156,11 @@ class Lease:
 
     def renew(self) -> bool:
         """Extends the lease by a TTL if it is still ours and unexpired; False (and ``lost`` set) if not."""
+        # Only an unexpired lease is renewed (see fusee.scale.expiring): a lapsed one is taken again.
+        unexpired = "" if sabotage.active.renewal_ignores_expiry else " AND expires_at > now()"
         row = self._conn.execute(
             f"""UPDATE {self._table} SET expires_at = now() + %s * interval '1 second'
-                 WHERE id AND owner = %s AND epoch = %s AND expires_at > now()
+                 WHERE id AND owner = %s AND epoch = %s{unexpired}
              RETURNING epoch""",
             (self.ttl, self.owner, self.epoch),
         ).fetchone()
