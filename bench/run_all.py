@@ -506,15 +506,25 @@ def render(results: dict[str, dict[str, Any]], env: dict[str, str], sizes: str,
 
 
 def render_scale(results: dict[str, dict[str, Any]]) -> list[str]:
-    """Several processes on one directory (issue 16, ``workloads_scale.py``)."""
-    fusee = results.get("fusee", {})
+    """Several processes on one directory and on one PostgreSQL namespace (issue 16, ``workloads_scale.py``)."""
+    lines = _render_scale_of(results.get("fusee", {}), "one directory",
+                             "One owner process runs the workflows; followers route their calls to it over a "
+                             "Unix socket and one takes over when it dies (docs/scale-out.md).")
+    pg = results.get("fusee-postgres", {})
+    ttl = next((r["lease_ttl_s"] for r in pg.values() if isinstance(r, dict) and "lease_ttl_s" in r), None)
+    lines += _render_scale_of(pg, "one PostgreSQL namespace",
+                              "The engine holding the namespace's lease runs the workflows; the others route "
+                              "over TCP and one takes over once the dead owner's lease expired "
+                              f"(lease_ttl={ttl} s here; docs/scale-out.md).")
+    return lines
+
+
+def _render_scale_of(fusee: dict[str, Any], where: str, intro: str) -> list[str]:
     fail, route, fan = fusee.get("failover", {}), fusee.get("routing", {}), fusee.get("scale_fanout", {})
     if not (fail or route or fan):
         return []
     us = common.format_us
-    lines = ["", "## Scale-out (one directory)", "",
-             "One owner process runs the workflows; followers route their calls to it over a Unix socket "
-             "and one takes over when it dies (docs/scale-out.md).", "", "| measure | value |", "|---|---|"]
+    lines = ["", f"## Scale-out ({where})", "", intro, "", "| measure | value |", "|---|---|"]
     if "p50_us" in fail:
         lines.append(f"| failover: SIGKILL of the owner → a start + result served again "
                      f"({fail.get('trials')} trials) | p50 {us(fail['p50_us'])}, p99 {us(fail['p99_us'])} |")
@@ -530,6 +540,11 @@ def render_scale(results: dict[str, dict[str, Any]]) -> list[str]:
         if value is not None:
             lines.append(f"| fan-out started through {procs} process{'es' if procs > 1 else ''}: durable "
                          f"steps/s | {value:,.0f} |")
+    for procs in (1, 2, 4):
+        value = fan.get(f"chain_us_{procs}")
+        if value is not None:
+            lines.append(f"| a chain through each of {procs} process{'es' if procs > 1 else ''} at once: "
+                         f"time per step (median chain) | {us(value)} |")
     if "error" in fail or "error" in route or "error" in fan:
         lines.append("| (a scale workload failed: see below) | |")
     return lines
@@ -743,6 +758,10 @@ def _run_everything(args: argparse.Namespace, session: Path, size_flags: list[st
                 collect("fusee-postgres", run_script(
                     [sys.executable, str(here / "workloads_pg.py"), "--url", url, *quick, *pg_flags],
                     "fusee postgres", args.timeout), "fanout")
+                if not args.no_scale:  # several workers on one namespace (issue 16)
+                    collect("fusee-postgres", run_script(
+                        [sys.executable, str(here / "workloads_scale.py"), "all", "--url", url, *quick],
+                        "fusee postgres scale-out", args.timeout), "scale")
     # Restate takes the same sizes as DBOS (the same five workloads).
     have_restate = not args.no_restate and ensure_restate()
     if have_restate:

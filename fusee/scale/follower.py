@@ -344,6 +344,8 @@ class Follower(Engine):
                         writer.close()
                         return None
                     conn = _Connection(reader, writer, epoch)
+                    self._tasks.add(conn.task)  # awaited at close, whichever connection it was
+                    conn.task.add_done_callback(self._tasks.discard)
                     # A stopped owner's socket still accepts connections (the kernel's backlog):
                     # only an answer within the deadline shows it serves.
                     try:
@@ -762,6 +764,8 @@ class Follower(Engine):
                 await self._conn.task
         for t in list(self._tasks):
             t.cancel()
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
         if self._view_task is not None:
             self._view_task.cancel()
             with contextlib.suppress(BaseException):

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 import threading
 from typing import Any, Protocol
 
@@ -161,6 +162,10 @@ class PostgresPlace:
         assert secret is not None, "owner() reads the secret before connect()"
         host, port = tcp.dial_target(address)
         reader, writer = await asyncio.open_connection(host, port, limit=1 << 20)
+        sock = writer.get_extra_info("socket")
+        if sock is not None:  # small multiplexed frames: Nagle's delay would stall each answer
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         try:
             await asyncio.wait_for(tcp.client_handshake(reader, writer, secret), 10.0)
         except (asyncio.IncompleteReadError, TimeoutError) as e:

@@ -28,3 +28,17 @@ def test_workloads_pg_quick(pg_dsn: str) -> None:
     report = run_all.render({"fusee-postgres": by_name}, {"cpu": "test"}, "quick",
                             {"fusee-postgres": chain["durability"]}, None)
     assert "Fusee (PostgreSQL)" in report and "synchronous_commit=on" in report
+
+
+def test_scale_workloads_on_postgres_quick(pg_dsn: str) -> None:
+    proc = subprocess.run([sys.executable, str(BENCH / "workloads_scale.py"), "all", "--quick", "--trials", "1",
+                           "--url", pg_dsn], capture_output=True, text=True, timeout=300, cwd=BENCH.parent)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    failover, routing, fanout = common.parse_results(proc.stdout)
+    assert {failover["system"], routing["system"], fanout["system"]} == {"fusee-postgres"}
+    # A standby serves again only once the killed owner's lease (1 s) expired.
+    assert failover["n"] == 1 and failover["p50_us"] > 0.5e6
+    assert routing["query_follower_p50_us"] > 0 and all(fanout[f"chain_us_{n}"] > 0 for n in (1, 2, 4))
+    section = "\n".join(run_all.render_scale({"fusee-postgres": {
+        "failover": failover, "routing": routing, "scale_fanout": fanout}}))
+    assert "## Scale-out (one PostgreSQL namespace)" in section and "lease_ttl=1.0 s" in section
