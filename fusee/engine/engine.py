@@ -296,12 +296,19 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
         ``"fusee"``; engines with different namespaces share a database), an
         acknowledgement means the server committed, and the engine holds the
         namespace's lease (``lease_ttl`` seconds, default 5, renewed every
-        third of it). Raises :class:`fusee.errors.LeaseHeld` naming the holder
-        while another engine's lease on the namespace is live,
+        third of it). While another engine's lease on the namespace is live,
+        the open returns a *follower* of it (on this machine or another): its
+        calls are routed to the owner over TCP, and it takes the namespace
+        over once the owner's lease expired; ``exclusive=True`` raises
+        :class:`fusee.errors.LeaseHeld` naming the holder instead. The owner
+        listens for followers on ``route_address`` (``"host:port"``, default
+        ``"127.0.0.1:0"``: this machine only; followers on other machines need
+        an address they can reach, e.g. ``"0.0.0.0:7411"``). Raises
         :class:`fusee.errors.DatabaseUnavailable` when the server cannot be
         reached, :class:`fusee.errors.SchemaVersionMismatch` for tables a newer
-        Fusee wrote. An engine whose lease was taken over fails its next flush
-        with :class:`fusee.errors.LeaseLost` and acknowledges nothing more.
+        Fusee wrote. An engine whose lease was taken over (or expired) fails
+        with :class:`fusee.errors.LeaseLost` at its next renewal or flush,
+        whichever comes first, and acknowledges nothing more.
         """
         workflows = list(workflows)
         return _Opening(

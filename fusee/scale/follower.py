@@ -170,6 +170,7 @@ class Follower(Engine):
     _local: Engine | None
     _conn: _Connection | None
     _changed: asyncio.Event
+    _connecting: asyncio.Lock
     _view: Engine | None
     _view_at: float
     _view_task: asyncio.Task[None] | None
@@ -200,6 +201,7 @@ class Follower(Engine):
         self._local = None
         self._conn = None
         self._changed = asyncio.Event()
+        self._connecting = asyncio.Lock()
         self._view, self._view_at, self._view_task = None, 0.0, None
         self._tasks = set()
         self._telemetry = None
@@ -325,6 +327,25 @@ class Follower(Engine):
 
     async def _connect(self, deadline: float) -> _Connection | None:
         """A live connection to the owner, or None once this process became the owner."""
+        conn = self._conn
+        if self._local is None and conn is not None and conn.alive:
+            return conn
+        # One caller connects at a time; the others (a burst of calls at start or after a
+        # takeover) wait and share its connection instead of each dialling the owner.
+        try:
+            async with asyncio.timeout_at(deadline):
+                async with self._connecting:
+                    return await self._connect_once(deadline)
+        except TimeoutError:
+            raise self._unreachable() from None
+
+    def _unreachable(self) -> OwnerUnreachable:
+        return OwnerUnreachable(
+            f"no owner of {self._path} answered within {self._route_timeout:g} s: the call was not "
+            "sent, so nothing was done. Is a process holding the directory (stopped, or still "
+            "recovering)? Make the call again, or open with a longer route_timeout=")
+
+    async def _connect_once(self, deadline: float) -> _Connection | None:
         loop = asyncio.get_running_loop()
         pause = 0.001
         while True:
@@ -357,10 +378,7 @@ class Follower(Engine):
                         return conn
             left = deadline - loop.time()
             if left <= 0:
-                raise OwnerUnreachable(
-                    f"no owner of {self._path} answered within {self._route_timeout:g} s: the call was not "
-                    "sent, so nothing was done. Is a process holding the directory (stopped, or still "
-                    "recovering)? Make the call again, or open with a longer route_timeout=")
+                raise self._unreachable()
             changed = self._changed
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(changed.wait(), min(pause, left))
