@@ -28,8 +28,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
-import hashlib
-import inspect
 import random
 import sys
 from collections.abc import Awaitable
@@ -42,6 +40,7 @@ from fusee.scale import expiring
 from fusee.scale.server import dispatch
 from fusee.sim.env import SimEnv
 from fusee.sim.loop import SimLoop
+from fusee.sim.scaleout import open_options, trace_hash
 from fusee.storage.simdisk import SimDisk
 
 DATA = "/namespace"
@@ -102,12 +101,7 @@ class ExpiryResult:
 
     @property
     def trace_hash(self) -> str:
-        return hashlib.sha256("\n".join(self.trace).encode()).hexdigest()[:16]
-
-
-def _open_options() -> dict[str, Any]:
-    sig = inspect.signature(fusee.Engine.open)
-    return {n: p.default for n, p in sig.parameters.items() if p.kind is inspect.Parameter.KEYWORD_ONLY}
+        return trace_hash(self.trace)
 
 
 class ExpiryWorld:
@@ -224,7 +218,7 @@ class ExpiryWorld:
         self.takeovers += 1
         p.epoch = epoch
         self.log(f"{p.name} takes the lease, epoch {epoch}")
-        options = {**_open_options(), "workflows": [job], "env": p.env, "_lock": DATA, "_epoch": epoch,
+        options = {**open_options(), "workflows": [job], "env": p.env, "_lock": DATA, "_epoch": epoch,
                    "park_after": None, "segment_bytes": 1 << 20, "_fence": self._fence_for(p, epoch)}
         p.opening = p.loop.create_task(_run(fusee.Engine._open(DATA, **options)))
 

@@ -114,10 +114,16 @@ class ScaleResult:
 
     @property
     def trace_hash(self) -> str:
-        return hashlib.sha256("\n".join(self.trace).encode()).hexdigest()[:16]
+        return trace_hash(self.trace)
 
 
-def _open_options() -> dict[str, Any]:
+def trace_hash(trace: list[str]) -> str:
+    """A seed's trace, as a short hash (the same seed prints the same one)."""
+    return hashlib.sha256("\n".join(trace).encode()).hexdigest()[:16]
+
+
+def open_options() -> dict[str, Any]:
+    """``Engine.open``'s keyword options at their defaults (a simulated process passes them all to ``_open``)."""
     sig = inspect.signature(fusee.Engine.open)
     return {n: p.default for n, p in sig.parameters.items() if p.kind is inspect.Parameter.KEYWORD_ONLY}
 
@@ -185,7 +191,7 @@ class ScaleWorld:
             self.log(f"owner {life + 1} of {self.processes} processes takes the lease, epoch {lease.epoch}")
             env = SimEnv(self.disk, random.Random(self.rng.getrandbits(64)), loop,
                          lambda: self.rng.uniform(0.0001, 0.002))
-            options = {**_open_options(), "workflows": [job], "env": env, "_lock": lease.handle,
+            options = {**open_options(), "workflows": [job], "env": env, "_lock": lease.handle,
                        "_epoch": lease.epoch, "park_after": None}
             engine = self._drive(loop, fusee.Engine._open(DATA, **options), "recovery")
             lease.publish(f"owner-{life + 1}")

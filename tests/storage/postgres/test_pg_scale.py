@@ -239,59 +239,15 @@ def test_a_stopped_owner_is_fenced_when_a_follower_takes_over(pg_dsn: str, tmp_p
 def test_uvicorn_with_three_workers_on_postgres_runs_the_demo_and_survives_killing_the_owner(
         pg_dsn: str) -> None:
     """The demo's orders behind ``uvicorn --workers 3``, every worker on one namespace."""
-    from concurrent.futures import ThreadPoolExecutor
+    from tests.scale.test_directory_scale import run_demo_behind_uvicorn
 
-    from tests.scale.test_directory_scale import _free_port, _http
+    epochs: list[int] = []
 
-    uv_app = APP.with_name("uv_app.py")
-    port = _free_port()
-    server = subprocess.Popen(
-        [sys.executable, "-m", "uvicorn", "--app-dir", str(uv_app.parent), "uv_app:app", "--workers", "3",
-         "--port", str(port), "--log-level", "warning"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-        env=dict(os.environ, PYTHONPATH=str(ROOT), FUSEE_SCALE_DIR=pg_dsn),
-    )
-    try:
-        def up() -> bool:
-            try:
-                _http(port, "GET", "/who")
-            except OSError:
-                return False
-            return True
+    def owner() -> int:
+        epoch, pid = owner_pid(pg_dsn)
+        epochs.append(epoch)
+        return pid
 
-        wait(up, [server])
-        pids: set[int] = set()
-        with ThreadPoolExecutor(8) as pool:
-            def spread() -> bool:  # fresh connections land on every worker
-                pids.update(r["pid"] for r in pool.map(lambda _: _http(port, "GET", "/who"), range(12)))
-                return len(pids) == 3
-
-            wait(spread, [server])
-            before = [f"o{i}" for i in range(6)]
-            started = list(pool.map(lambda o: _http(port, "POST", f"/orders/{o}"), before))
-            assert {r["started"] for r in started} == set(before)
-            epoch, pid = owner_pid(pg_dsn)
-            assert pid in pids
-            os.kill(pid, signal.SIGKILL)  # the worker that serves the namespace
-            after = [f"p{i}" for i in range(6)]
-            started = list(pool.map(lambda o: _http(port, "POST", f"/orders/{o}"), after))
-            assert all(r["pid"] != pid for r in started)
-            orders = before + after
-
-            def all_waiting() -> bool:
-                stages = pool.map(lambda o: _http(port, "GET", f"/orders/{o}/stage")["stage"], orders)
-                return all(s == "awaiting approval" for s in stages)
-
-            wait(all_waiting, [server])
-            list(pool.map(lambda o: _http(port, "POST", f"/orders/{o}/approve"), orders))
-            results = list(pool.map(lambda o: _http(port, "GET", f"/orders/{o}")["result"], orders))
-        for o, r in zip(orders, results, strict=True):
-            assert r == f"item {o}: price 42, paid by payment-7, shipped as parcel-99"
-        assert owner_pid(pg_dsn)[0] > epoch  # a follower took over under a larger epoch
-    finally:
-        server.send_signal(signal.SIGTERM)
-        try:
-            server.communicate(timeout=60)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.communicate()
+    run_demo_behind_uvicorn(pg_dsn, 3, owner)
+    # A follower took over under a larger epoch (the row keeps it after the workers released it).
+    assert rows(pg_dsn, "SELECT epoch FROM fusee.lease")[0][0] > epochs[0]
