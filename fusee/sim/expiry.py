@@ -5,7 +5,7 @@
 The PostgreSQL backend's model on a simulated disk and clock: one lease row
 (:mod:`fusee.scale.expiring`, the rules the backend's SQL applies), several
 processes each with its own event loop, the real engine and the real routed
-calls. The owner renews every third of the TTL from its own loop; standbys try
+calls, delayed both ways. The owner renews every third of the TTL from its own loop; standbys try
 to take the lease at jittered intervals. A seed pauses owners (as ``SIGSTOP``,
 a GC pause or a partition would: their loop stops while the clock goes on) for
 less or more than the TTL, and kills some. A paused owner that wakes after a
@@ -268,10 +268,14 @@ class ExpiryWorld:
         p.loop.create_task(self._send(p, s))
 
     async def _send(self, p: _Proc, s: _Start) -> None:
+        """A follower's start: delayed on its way to the owner and back (an answer lost with its
+        owner means the start is sent again)."""
         args = [["sim-expiry-job", 1], s.wid, codec.encode(s.x), "fail", "fail", None, s.tries > 1]
         epoch = p.epoch
         try:
+            await asyncio.sleep(self.rng.uniform(0.0, 0.01))
             await dispatch(p.engine, "start", args)
+            await asyncio.sleep(self.rng.uniform(0.0, 0.01))
         except FuseeError as e:
             self.log(f"start of {s.wid} through {p.name} failed ({type(e).__name__}): sent again later")
             return
