@@ -494,6 +494,7 @@ def render(results: dict[str, dict[str, Any]], env: dict[str, str], sizes: str,
         verdict = "met" if ok else ("missed" if ok is False else "not judged")
         lines.append(f"| {what} | {figure} | {verdict} |")
     lines += render_hot_path(results, floor)
+    lines += render_cpython_share(results)
     lines += render_scale(results)
     failures = [(s, w, r["error"]) for s, ws in results.items() for w, r in ws.items()
                 if "error" in r]
@@ -503,6 +504,21 @@ def render(results: dict[str, dict[str, Any]], env: dict[str, str], sizes: str,
     if plot:
         lines += ["", f"![step latency distributions]({plot})"]
     return "\n".join(lines) + "\n"
+
+
+def render_cpython_share(results: dict[str, dict[str, Any]]) -> list[str]:
+    """Where a step's time goes: the disk, CPython itself, Fusee (``cpython_share.py``)."""
+    share = results.get("fusee", {}).get("cpython_share", {})
+    if "chain_fusee_us" not in share:
+        return []
+    import cpython_share
+
+    return ["", "## Where a step's time goes", "",
+            "The same chain and fan-out as a bare asyncio program that does the least a durable step "
+            "needs (call, encode, append, fdatasync, resolve a future), beside Fusee, in one process "
+            "on one disk (`bench/cpython_share.py`): what is left above the bare program is Fusee's; "
+            "the bare program's own cost over the floor is CPython's.", "",
+            cpython_share.report(share)]
 
 
 def render_scale(results: dict[str, dict[str, Any]]) -> list[str]:
@@ -725,6 +741,10 @@ def _run_everything(args: argparse.Namespace, session: Path, size_flags: list[st
                 [sys.executable, str(here / "workloads_fusee.py"), workload, *quick, *size_flags,
                  f"--engine-opt=flush={mode}"], f"fusee {workload} flush={mode}", args.timeout)],
                 workload)
+
+    # Where a step's time goes (the disk, CPython, Fusee), for issue 17's "which part is CPython".
+    collect("fusee", run_script([sys.executable, str(here / "cpython_share.py"), "--json", *quick],
+                                "fusee cpython share", args.timeout), "cpython_share")
 
     # Telemetry's cost: CPU per step off (vs the code before its hooks) and on.
     collect("fusee", run_script([sys.executable, str(here / "telemetry_cost.py"), "--json", *quick],
