@@ -43,7 +43,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import common
 
-from fusee.storage.flush_modes import DEFAULT as FLUSH_DEFAULT
+try:
+    from fusee.storage.flush_modes import DEFAULT as FLUSH_DEFAULT
+except ImportError:  # ``--plot`` runs in the DBOS or Restate environment, which has no fusee
+    FLUSH_DEFAULT = "inline"
 
 DBOS_VENV = common.BENCH_DIR / ".venv-dbos"
 DBOS_PY = DBOS_VENV / "bin" / "python"

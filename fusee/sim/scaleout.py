@@ -192,7 +192,7 @@ class ScaleWorld:
             env = SimEnv(self.disk, random.Random(self.rng.getrandbits(64)), loop,
                          lambda: self.rng.uniform(0.0001, 0.002))
             options = {**open_options(), "workflows": [job], "env": env, "_lock": lease.handle,
-                       "_epoch": lease.epoch, "park_after": None}
+                       "_epoch": lease.epoch, "park_after": None, "segment_bytes": 1 << 20}
             engine = self._drive(loop, fusee.Engine._open(DATA, **options), "recovery")
             lease.publish(f"owner-{life + 1}")
             self._check_acknowledged(loop, engine)
