@@ -25,7 +25,6 @@ their answer was lost. Checkers:
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import dataclasses
 import random
@@ -40,7 +39,7 @@ from fusee.scale import expiring
 from fusee.scale.server import dispatch
 from fusee.sim.env import SimEnv
 from fusee.sim.loop import SimLoop
-from fusee.sim.scaleout import open_options, trace_hash
+from fusee.sim.scaleout import open_options, seeds_main, trace_hash
 from fusee.storage.simdisk import SimDisk
 
 DATA = "/namespace"
@@ -397,22 +396,9 @@ def run_seed(seed: int, *, verbose: bool = False) -> ExpiryResult:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--seeds", default="0..100", help="N or A..B (B excluded)")
-    parser.add_argument("--verbose", action="store_true")
-    args = parser.parse_args(argv)
-    a, _, b = args.seeds.partition("..")
-    seeds = range(int(a), int(b)) if b else range(int(a), int(a) + 1)
-    for seed in seeds:
-        try:
-            r = run_seed(seed, verbose=args.verbose)
-        except ExpiryFailure as f:
-            print(f, file=sys.stderr)
-            return 1
-        print(f"seed {seed}: {r.processes} processes, {r.takeovers} owners, {r.pauses} pauses, "
-              f"{r.fenced} writes fenced, trace {r.trace_hash}")
-    return 0
-
+    return seeds_main(argv, __doc__, run_seed, ExpiryFailure,
+                      lambda r: f"{r.processes} processes, {r.takeovers} owners, {r.pauses} pauses, "
+                                f"{r.fenced} writes fenced")
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -30,7 +30,7 @@ import hashlib
 import inspect
 import random
 import sys
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import fusee
@@ -254,8 +254,11 @@ def run_seed(seed: int, *, verbose: bool = False) -> ScaleResult:
     return ScaleWorld(seed, verbose).run()
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def seeds_main(argv: list[str] | None, doc: str | None, run: Callable[..., Any],
+               failure: type[BaseException], line: Callable[[Any], str]) -> int:
+    """A simulator's command line: ``--seeds N`` or ``A..B`` (B excluded), ``--verbose``; stops at
+    the first failing seed (printed with how to replay it) and exits 1."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seeds", default="0..100", help="N or A..B (B excluded)")
     parser.add_argument("--verbose", action="store_true")
     args = parser.parse_args(argv)
@@ -263,12 +266,17 @@ def main(argv: list[str] | None = None) -> int:
     seeds = range(int(a), int(b)) if b else range(int(a), int(a) + 1)
     for seed in seeds:
         try:
-            r = run_seed(seed, verbose=args.verbose)
-        except ScaleFailure as f:
+            r = run(seed, verbose=args.verbose)
+        except failure as f:
             print(f, file=sys.stderr)
             return 1
-        print(f"seed {seed}: {r.owners} owners, {r.starts} starts, {r.resent} sent again, trace {r.trace_hash}")
+        print(f"seed {seed}: {line(r)}, trace {r.trace_hash}")
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return seeds_main(argv, __doc__, run_seed, ScaleFailure,
+                      lambda r: f"{r.owners} owners, {r.starts} starts, {r.resent} sent again")
 
 
 if __name__ == "__main__":
