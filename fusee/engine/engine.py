@@ -8,6 +8,7 @@ answers are released only from durable state.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import datetime
 import logging
@@ -602,7 +603,11 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
             loop = rt.loop
             # A renewal that finds the lease gone fails the log at once: an idle engine learns it
             # lost the namespace within a third of the TTL, not at its next flush.
-            pg_log.lease.on_lost = lambda: loop.call_soon_threadsafe(pg_log.lease_lost)
+            def lost() -> None:
+                with contextlib.suppress(RuntimeError):  # the loop is gone: nothing left to fail
+                    loop.call_soon_threadsafe(pg_log.lease_lost)
+
+            pg_log.lease.on_lost = lost
             if own_env:
                 await self._serve_over_tcp(route_address)
         return self
