@@ -640,7 +640,7 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
 
         log: Any = self._log
         try:
-            secret = await asyncio.get_running_loop().run_in_executor(None, log.routing_secret)
+            secret = await asyncio.get_running_loop().run_in_executor(None, log.lease.routing_secret)
             server = RouteServer(self, log.lease, log.dir.path, tcp=route_address or DEFAULT_ROUTE_ADDRESS,
                                  secret=secret)
             await server.start()

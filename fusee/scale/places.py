@@ -109,7 +109,7 @@ class PostgresPlace:
         self.label = f"{describe(dsn)}#{namespace}"
         self.epoch = 0
         self.watch_every: float | None = ttl / 3
-        self._probe: Any = None  # a Lease used only to read the row (its own connection)
+        self._probe: Any = None  # a Lease never acquired: it only reads the row (its own connection)
         self._secret: bytes | None = None
         self._mutex = threading.Lock()
 
@@ -126,7 +126,6 @@ class PostgresPlace:
         return {"_pg_lease": lease}
 
     def _read_owner(self) -> tuple[str | None, bytes]:
-        from fusee.storage.postgres import schema
         from fusee.storage.postgres.lease import Lease
 
         with self._mutex:
@@ -135,12 +134,12 @@ class PostgresPlace:
             try:
                 holder = self._probe.holder()
                 if self._secret is None:
-                    self._secret = schema.routing_secret(self._probe._conn, self.namespace)
+                    self._secret = self._probe.routing_secret()
             except Exception:
                 # A broken connection: the next look opens a new one.
                 probe, self._probe = self._probe, None
                 with contextlib.suppress(Exception):
-                    probe._conn.close()
+                    probe.release()  # holds no lease: it only closes its connection
                 raise
             secret = self._secret
         if holder is None or holder.address is None:
@@ -181,5 +180,5 @@ class PostgresPlace:
             probe, self._probe = self._probe, None
         if probe is not None:
             with contextlib.suppress(Exception):
-                probe._conn.close()
+                probe.release()
 

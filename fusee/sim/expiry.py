@@ -39,7 +39,7 @@ from fusee.scale import expiring
 from fusee.scale.server import dispatch
 from fusee.sim.env import SimEnv
 from fusee.sim.loop import SimLoop
-from fusee.sim.scaleout import open_options, seeds_main, trace_hash
+from fusee.sim.scaleout import ScaleFailure, job, open_options, seeds_main, trace_hash
 from fusee.storage.simdisk import SimDisk
 
 DATA = "/namespace"
@@ -51,16 +51,8 @@ _STEP = 0.002
 _SETTLE_S = 120.0
 
 
-@fusee.workflow("sim-expiry-job")
-async def job(ctx: fusee.Ctx, x: int) -> int:
-    a = await ctx.step("a", lambda: x + 1)
-    return await ctx.step("b", lambda: a * 2)  # type: ignore[no-any-return]
-
-
-class ExpiryFailure(AssertionError):
-    def __init__(self, seed: int, message: str, trace: list[str]) -> None:
-        self.seed, self.message, self.trace = seed, message, trace
-        super().__init__(f"seed {seed}: {message}\n  replay: python -m fusee.sim.expiry --seeds {seed} --verbose")
+class ExpiryFailure(ScaleFailure):
+    module = "fusee.sim.expiry"
 
 
 @dataclasses.dataclass
@@ -269,7 +261,7 @@ class ExpiryWorld:
     async def _send(self, p: _Proc, s: _Start) -> None:
         """A follower's start: delayed on its way to the owner and back (an answer lost with its
         owner means the start is sent again)."""
-        args = [["sim-expiry-job", 1], s.wid, codec.encode(s.x), "fail", "fail", None, s.tries > 1]
+        args = [[job.name, job.version], s.wid, codec.encode(s.x), "fail", "fail", None, s.tries > 1]
         epoch = p.epoch
         try:
             await asyncio.sleep(self.rng.uniform(0.0, 0.01))

@@ -90,9 +90,14 @@ class SimLease:
 
 
 class ScaleFailure(AssertionError):
+    """A broken promise, with the seed's trace and the command that replays it."""
+
+    #: The simulator's module (``python -m`` replays the seed).
+    module = "fusee.sim.scaleout"
+
     def __init__(self, seed: int, message: str, trace: list[str]) -> None:
         self.seed, self.message, self.trace = seed, message, trace
-        super().__init__(f"seed {seed}: {message}\n  replay: python -m fusee.sim.scaleout --seeds {seed} --verbose")
+        super().__init__(f"seed {seed}: {message}\n  replay: python -m {self.module} --seeds {seed} --verbose")
 
 
 @dataclasses.dataclass

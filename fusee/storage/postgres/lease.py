@@ -119,6 +119,12 @@ class Lease:
             (address, self.owner, self.epoch),
         )
 
+    def routing_secret(self) -> bytes:
+        """The key the namespace's engines authenticate routed calls with (see ``fusee.scale.tcp``)."""
+        from fusee.storage.postgres import schema
+
+        return schema.routing_secret(self._conn, self.namespace)
+
     def owner_address(self) -> str | None:
         """The address the live holder published (None: no live holder, or none published)."""
         holder = self.holder()
@@ -169,11 +175,12 @@ class Lease:
             return False
         return True
 
-    def start_renewing(self, on_lost: Callable[[], None] | None = None) -> None:
-        """Renews every third of the TTL on a thread until ``stop_renewing`` or the lease is lost."""
+    def start_renewing(self) -> None:
+        """Renews every third of the TTL on a thread until ``stop_renewing`` or the lease is lost
+        (then ``on_lost`` is called, on that thread)."""
         assert self._thread is None and self.epoch
         self._stop.clear()
-        self._thread = threading.Thread(target=self._renew_loop, args=(on_lost,),
+        self._thread = threading.Thread(target=self._renew_loop,
                                         name=f"fusee-lease-{self.namespace}", daemon=True)
         self._thread.start()
 
@@ -192,7 +199,7 @@ class Lease:
         except Exception as e:
             logger.warning("reconnecting for the lease of namespace %r failed: %s", self.namespace, e)
 
-    def _renew_loop(self, on_lost: Callable[[], None] | None) -> None:
+    def _renew_loop(self) -> None:
         while not self._stop.wait(self.ttl / 3):
             try:
                 if self.renew():
@@ -206,7 +213,6 @@ class Lease:
                 continue
             logger.error("the lease of namespace %r (epoch %d) was lost: another engine may serve it; "
                          "this engine acknowledges nothing more", self.namespace, self.epoch)
-            for callback in (on_lost, self.on_lost):
-                if callback is not None:
-                    callback()
+            if self.on_lost is not None:
+                self.on_lost()
             return

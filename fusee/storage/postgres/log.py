@@ -239,9 +239,6 @@ class PostgresLog(FlushLifecycle):
         assert self._lease is not None, "a read-only log holds no lease"
         return self._lease
 
-    def routing_secret(self) -> bytes:
-        """The key the namespace's engines authenticate routed calls with."""
-        return schema.routing_secret(self._conn, self.namespace)
 
     def append(self, shard: int, data: bytes | bytearray | memoryview) -> int:
         """Adds a record to the pending batch (no I/O) and returns its shard-local LSN."""

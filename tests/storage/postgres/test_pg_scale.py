@@ -12,13 +12,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
 
 import fusee
 from fusee.errors import LeaseHeld, RoutingRefused
 from fusee.scale import tcp
 from tests.helpers import finish, ledger, until
+from tests.scale.test_directory_scale import until as until_alive
+from tests.storage.postgres.test_pg_engine import crash as pg_crash
+from tests.storage.postgres.test_pg_engine import rows
 
 approve = fusee.signal("approve", int)
 ran: list[str] = []
@@ -31,17 +33,9 @@ async def order(ctx: fusee.Ctx, qty: int) -> int:
     return price * qty * (ok or 0)
 
 
-def rows(dsn: str, sql: str) -> list[tuple[Any, ...]]:
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        return conn.execute(sql).fetchall()
-
-
 def crash(engine: Any) -> None:
-    """As a killed process would, for the owner: renewals stop, connections and the server drop."""
-    log: Any = engine._log
-    log.lease.stop_renewing()
-    log._conn.close()
-    log.lease._conn.close()
+    """As a killed owner would: no renewals, no connections, and its routing server gone."""
+    pg_crash(engine)
     engine._rt.closed = True
     engine._closed = True
     if engine._route_server is not None and engine._route_server._server is not None:
@@ -124,16 +118,6 @@ def spawn(d: Path, name: str, n: int, dsn: str) -> subprocess.Popen[str]:
     )
 
 
-def wait(cond: Any, procs: list[subprocess.Popen[str]], timeout: float = 90) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        for p in procs:
-            if p.poll() is not None and p.returncode != 0:
-                raise AssertionError(f"a worker failed: {p.communicate()}")
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.01)
-
-
 def owner_pid(dsn: str) -> tuple[int, int]:
     """(epoch, pid) of the namespace's live lease holder."""
     [(owner, epoch)] = rows(dsn, "SELECT owner, epoch FROM fusee.lease WHERE expires_at > now()")
@@ -168,7 +152,7 @@ def test_three_workers_sigkill_the_owner_mid_load(pg_dsn: str, tmp_path: Path) -
     opened = json.loads(first.stdout.readline())
     assert opened["owner"] and opened["epoch"] == 1
     procs = [first, *(spawn(d, name, 300, pg_dsn) for name in ("b", "c"))]
-    wait(lambda: len({line.split()[0].split("-")[0] for line in ledger(d)}) == 3 and len(ledger(d)) >= 200,
+    until_alive(lambda: len({line.split()[0].split("-")[0] for line in ledger(d)}) == 3 and len(ledger(d)) >= 200,
          procs)
     epoch, pid = owner_pid(pg_dsn)
     victim = next(p for p in procs if p.pid == pid)
@@ -203,13 +187,13 @@ def test_a_stopped_owner_is_fenced_when_a_follower_takes_over(pg_dsn: str, tmp_p
     assert first.stdout is not None
     assert json.loads(first.stdout.readline())["owner"]
     procs = [first, *(spawn(d, name, 300, pg_dsn) for name in ("b", "c"))]
-    wait(lambda: len({line.split()[0].split("-")[0] for line in ledger(d)}) == 3 and len(ledger(d)) >= 200,
+    until_alive(lambda: len({line.split()[0].split("-")[0] for line in ledger(d)}) == 3 and len(ledger(d)) >= 200,
          procs)
     assert len(ledger(d)) < 3 * 3 * 300, "the load ended before the pause: give it more work"
     first.send_signal(signal.SIGSTOP)
     try:
         # Past its 1 s lease a follower takes over with the next epoch.
-        wait(lambda: rows(pg_dsn, "SELECT epoch FROM fusee.lease WHERE expires_at > now()") == [(2,)],
+        until_alive(lambda: rows(pg_dsn, "SELECT epoch FROM fusee.lease WHERE expires_at > now()") == [(2,)],
              procs[1:], timeout=60)
         stopped_knows = rows(pg_dsn, "SELECT count(*) FROM fusee.records")
     finally:
