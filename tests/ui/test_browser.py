@@ -93,6 +93,9 @@ def test_runs_page_filter_open_run_signal_and_see_it_finish() -> None:
 
         # The run finishes: the live region shows it without a reload, the stream ends.
         wait.until(lambda _: status() == "ok")
+        # The badge comes from describe() and the outcome from the durable journal: one refresh
+        # may show the first before the ending's record is durable.
+        wait.until(lambda _: text("#outcome") != "(running)")
         assert text("#outcome") == '"zenith: invoice for zenith, label for zenith"'
         wait.until(lambda _: d.find_elements(By.CSS_SELECTOR, "pre.stream.ended"))
         lines = text("pre.stream").splitlines()
