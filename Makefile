@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test lint typecheck unit bench clean
+.PHONY: demo test lint typecheck unit bench perf clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -28,6 +28,10 @@ test: lint typecheck unit
 
 bench: $(STAMP)
 	$(PY) bench/run_all.py
+
+# The CPU-per-step regression guard: run it on a quiet machine; never part of make test.
+perf: $(STAMP)
+	$(PY) bench/perf_smoke.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -10,8 +10,10 @@ options). Each round times one workload in CPU seconds of the process
 (``process_time``) right after a pure-Python calibration loop timed the same
 way; the lowest ratio of the rounds is reported, which moves little with the
 machine or its load.
-``tests/bench/test_perf_smoke.py`` fails when a ratio grows more than 20%
-over the committed ``perf_baseline.json``.
+``make perf`` (this script) exits non-zero when a ratio grows more than 20%
+over the committed ``perf_baseline.json``. It is a guard a person runs on a
+quiet machine, never part of ``make test``: CI machines are loaded, and no
+test there times anything.
 """
 
 from __future__ import annotations
@@ -116,17 +118,34 @@ def regressions(measured: dict[str, float], baseline: dict[str, float]) -> list[
     return out
 
 
+def confirmed(measured: dict[str, float], baseline: dict[str, float],
+              again: int = 2) -> tuple[dict[str, float], list[str]]:
+    """Measure again (``again`` times at most) while a ratio looks regressed, keeping the lowest.
+
+    A burst of load can slow one measurement but rarely three in a row.
+    """
+    problems = regressions(measured, baseline)
+    for _ in range(again):
+        if not problems:
+            break
+        more = measure()
+        measured = {k: min(v, more[k]) for k, v in measured.items()}
+        problems = regressions(measured, baseline)
+    return measured, problems
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--update", action="store_true", help="write the figures as the new baseline")
     args = parser.parse_args(argv)
     measured = measure()
-    print(json.dumps(measured))
     if args.update:
+        print(json.dumps(measured))
         BASELINE.write_text(json.dumps(measured, indent=1) + "\n")
         return 0
     baseline = json.loads(BASELINE.read_text())
-    problems = regressions(measured, baseline)
+    measured, problems = confirmed(measured, baseline)
+    print(json.dumps(measured))
     for p in problems:
         print(p, file=sys.stderr)
     return 1 if problems else 0
