@@ -501,6 +501,7 @@ def render(results: dict[str, dict[str, Any]], env: dict[str, str], sizes: str,
         lines.append(f"| {what} | {figure} | {verdict} |")
     lines += render_hot_path(results, floor)
     lines += render_cpython_share(results)
+    lines += render_concurrent_chains(results)
     lines += render_scale(results)
     failures = [(s, w, r["error"]) for s, ws in results.items() for w, r in ws.items()
                 if "error" in r]
@@ -525,6 +526,28 @@ def render_cpython_share(results: dict[str, dict[str, Any]]) -> list[str]:
             "on one disk (`bench/cpython_share.py`): what is left above the bare program is Fusee's; "
             "the bare program's own cost over the floor is CPython's.", "",
             cpython_share.report(share)]
+
+
+def render_concurrent_chains(results: dict[str, dict[str, Any]]) -> list[str]:
+    """N concurrent chains in one engine (``concurrent_chains.py``): does group commit group?"""
+    cc = results.get("fusee", {}).get("concurrent_chains", {})
+    if "rows" not in cc:
+        return []
+    lines = ["", "## N concurrent chains in one engine", "",
+             f"N workflows of sequential steps (synchronous lambdas, default options) started together "
+             f"on one directory (`bench/concurrent_chains.py`); floor p50 {cc['floor_p50_us']:.0f} µs. "
+             "Targets (issue 23): 1 chain <= 1.3 x floor, 8 chains <= 2.0 x floor, p99 <= 2 x p50 at "
+             "every N, 64 chains >= 80 % of the CPU-bound rate (1 / CPU per step).", "",
+             "| chains | µs per step (÷ floor p50) | p99 / p50 | durable steps/s | CPU µs per step "
+             "| records per fdatasync | of the CPU-bound rate |",
+             "|---|---|---|---|---|---|---|"]
+    for r in cc["rows"]:
+        bound = 1e6 / r["cpu_us_per_step"] if r["cpu_us_per_step"] else 0.0
+        lines.append(f"| {r['chains']} | {r['step_p50_us']:,.0f} ({r['step_p50_us'] / cc['floor_p50_us']:.2f}) "
+                     f"| {r['step_p99_us'] / r['step_p50_us']:.2f} | {r['steps_per_s']:,.0f} "
+                     f"| {r['cpu_us_per_step']:.1f} | {r['records_per_flush']:.2f} "
+                     f"| {r['steps_per_s'] / bound * 100 if bound else 0:.0f} % |")
+    return lines
 
 
 def render_scale(results: dict[str, dict[str, Any]]) -> list[str]:
@@ -752,6 +775,11 @@ def _run_everything(args: argparse.Namespace, session: Path, size_flags: list[st
     # Where a step's time goes (the disk, CPython, Fusee), for issue 17's "which part is CPython".
     collect("fusee", run_script([sys.executable, str(here / "cpython_share.py"), "--json", *quick],
                                 "fusee cpython share", args.timeout), "cpython_share")
+
+    # Group commit across runs (issue 23): N concurrent chains in one engine.
+    collect("fusee", run_script([sys.executable, str(here / "concurrent_chains.py"),
+                                 *(["--steps", "60", "--rounds", "1"] if args.quick else [])],
+                                "fusee concurrent chains", args.timeout), "concurrent_chains")
 
     # Telemetry's cost: CPU per step off (vs the code before its hooks) and on.
     collect("fusee", run_script([sys.executable, str(here / "telemetry_cost.py"), "--json", *quick],

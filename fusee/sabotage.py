@@ -42,6 +42,9 @@ class Sabotage:
     #: A step run at once (inline, or async without suspending) counts as one waiting for its
     #: gate: nothing asks for a flush of what its run appends next (it waits for other activity).
     no_flush_after_direct_step: bool = False
+    #: Group commit does not wait for records about to come: producers (steps released and
+    #: not yet started, executions in flight) go uncounted, so runs taking turns flush alone.
+    flush_before_producers: bool = False
     #: Stream readers are shown chunks that are not durable yet (a crash may take them back).
     stream_shows_nondurable: bool = False
     # keyed objects and step limits

@@ -533,6 +533,8 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
                 flush_modes.INLINE if env.inline_flush else flush_modes.BACKGROUND),
             wait_job=getattr(env, "wait_flush", None),
             on_durable=lambda durable: self._rt.on_durable(durable),
+            clock=env.monotonic,
+            run_inline=getattr(env, "flush_inline", None),
         )
         self._rt = Runtime(
             env,

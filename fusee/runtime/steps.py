@@ -176,8 +176,15 @@ class StepRunner:
         self._gated = waiting
         if waiting:
             self.rt.committer.request_flush()
+        # Each released step appends its outcome (or its next gate) in this callback: none
+        # may flush for itself meanwhile, so the flush that follows carries them all.
+        committer = self.rt.committer
+        committer.expect(len(ready))
         for run, seq, call in ready:
-            self._start_step(run, seq, call)
+            try:
+                self._start_step(run, seq, call)
+            finally:
+                committer.landed()
 
     def has_gated(self) -> bool:
         """Steps wait for their gates to become durable."""
@@ -422,17 +429,7 @@ class StepRunner:
                 self._begin(run, seq, asyncio.current_task() if call.is_async else None)
             attempt = call.attempt
             try:
-                if first is None:
-                    value = await self._invoke(run, seq, call, attempt)
-                elif isinstance(first, BaseException):
-                    raise first
-                else:
-                    value = await first
-                    if inspect.isawaitable(value):
-                        # A synchronous callable that returned an awaitable (``lambda: fetch(url)``).
-                        if seq in run.executing:
-                            run.executing[seq] = asyncio.current_task()
-                        value = await value
+                value = await self._attempt(run, seq, call, attempt, first)
             except asyncio.CancelledError:
                 if not self._cancelled_by_run(run):
                     self._settle(run, seq)
@@ -493,6 +490,29 @@ class StepRunner:
                 return
             self._step_result(run, seq, value)
             return
+
+    async def _attempt(self, run: Run, seq: int, call: StepCall, attempt: int, first: Any) -> Any:
+        """One attempt's outcome; while it is in flight the committer counts it as a producer.
+
+        Its outcome is journaled right after, so a flush about to start waits
+        for it (bounded) rather than leaving it for the next one.
+        """
+        committer = self.rt.committer
+        committer.expect()
+        try:
+            if first is None:
+                return await self._invoke(run, seq, call, attempt)
+            if isinstance(first, BaseException):
+                raise first
+            value = await first
+            if inspect.isawaitable(value):
+                # A synchronous callable that returned an awaitable (``lambda: fetch(url)``).
+                if seq in run.executing:
+                    run.executing[seq] = asyncio.current_task()
+                value = await value
+            return value
+        finally:
+            committer.landed()
 
     def _step_args(self, run: Run, seq: int, call: StepCall, attempt: int) -> tuple[Any, ...]:
         if not call.takes_info:

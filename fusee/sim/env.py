@@ -57,8 +57,11 @@ class SimEnv:
         self.storage = disk
         self.rng = rng
         self.inline_sync_steps = inline_sync_steps
-        assert flush_mode in ("background", "pipeline"), f"the simulator models no {flush_mode} flushes"
+        assert flush_mode in ("inline", "background", "pipeline"), f"the simulator models no {flush_mode} flushes"
         self.flush_mode = flush_mode
+        self.inline_flush = flush_mode == "inline"
+        #: Flushes the loop's thread ran itself (inline mode).
+        self.inline_flushes = 0
         # Storage calls in flight: (due, timer, complete), so a stalled loop can let them finish on time.
         self._io_inflight: list[tuple[float, Any, Callable[[], None]]] = []
         #: Step functions called on the loop's thread, and (begin, seconds, function, storage
@@ -113,10 +116,13 @@ class SimEnv:
                 self._stall(hold, fn)
 
     def _stall(self, seconds: float, fn: Any) -> None:
+        self.stalls.append((self.loop.time(), seconds, function_key(fn), bool(self._io_inflight)))
+        self._hold_loop(seconds)
+
+    def _hold_loop(self, seconds: float) -> None:
+        """The loop's thread is busy for ``seconds``: storage calls in flight complete meanwhile."""
         loop = self.loop
-        begin = loop.time()
-        end = begin + seconds
-        self.stalls.append((begin, seconds, function_key(fn), bool(self._io_inflight)))
+        end = loop.time() + seconds
         for entry in sorted((e for e in self._io_inflight if e[0] <= end), key=lambda e: e[0]):
             self._complete_io_now(entry)
         loop._advance_to(end)
@@ -136,6 +142,32 @@ class SimEnv:
             self._complete_io_now(min(self._io_inflight, key=lambda e: e[0]))
         if not job.done:
             job.wait()  # never handed over (cannot happen): it runs here rather than hang
+
+    def flush_inline(self, run: Callable[[], None]) -> None:
+        """An inline flush: the loop's thread writes and syncs, holding the loop meanwhile.
+
+        Virtual time passes for the I/O's seeded latency (storage calls in flight
+        complete at their own times meanwhile, as in ``call_inline``), then the
+        disk's part happens. A crash armed right after it (``after_io``) takes
+        effect once the engine's code returns to the loop: the engine may go on
+        with what became durable, as a real process would before it dies.
+        """
+        delay = self._io_latency()
+        assert delay >= 0.0, f"I/O latency {delay} must not be negative"
+        self._hold_loop(delay)
+        disk = self.storage
+        armed = hasattr(disk, "kill_armed")
+        if armed:
+            disk.kill_armed = True
+        try:
+            run()
+        finally:
+            if armed:
+                disk.kill_armed = False
+        self.io_done += 1
+        self.inline_flushes += 1
+        if self._after_io is not None:
+            self._after_io(None)
 
     def run_io(self, fn: Callable[[], T]) -> Awaitable[T]:
         """Runs ``fn`` after a seeded I/O latency, inline on the loop; returns a future of its result.

@@ -345,7 +345,8 @@ class World:
             return
         log, committer = engine._rt.log, engine._rt.committer
         # A flush in flight (even one a checkpoint completed first) takes what is pending when it ends.
-        if log.failed is None and log.has_pending() and not log.flushing and not committer.flushing:
+        if (log.failed is None and log.has_pending() and not log.flushing and not committer.flushing
+                and not committer.holding):
             self.idle_violation = True
             self.obs.violations.append(
                 f"at {self.loop.now:.6f}s the loop went idle with {log.pending_records} appended "

@@ -8,6 +8,13 @@ by default one dedicated thread: ``fdatasync`` releases the GIL) or, when
 ``inline`` and exactly one waiter waits with nothing else ready to run, on the
 loop's thread itself: the lowest latency for one chain of steps.
 
+A flush waits for records that are about to come: the runtime counts its
+producers (``expect``/``landed``: steps released and not yet started,
+executions in flight), and while any is outstanding no flush starts inline
+and a scheduled one is held until they landed, for one flush time at most
+(``hold_s``, the median of recent flushes). So N runs taking turns share one
+``fdatasync`` per round instead of taking one each.
+
 Waiters share one future per batch instead of owning one each, which keeps
 the cost per record to a few microseconds. A waiter's cancellation takes
 effect when the batch it waits for completes (a shared future must not be
@@ -17,17 +24,26 @@ cancelled on behalf of one waiter).
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import functools
 import logging
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
+from fusee import sabotage
 from fusee.errors import StorageError
 from fusee.storage import flush_modes
 from fusee.storage.log import FlushJob, SharedLog
 
 logger = logging.getLogger("fusee")
+
+#: A held flush waits this long at most before any flush was timed, and never
+#: less or more than the bounds after (the median of recent flushes, clamped).
+HOLD_DEFAULT_S = 150e-6
+HOLD_MIN_S = 20e-6
+HOLD_MAX_S = 2e-3
 
 
 class _SharedFuture(asyncio.Future[None]):
@@ -46,7 +62,11 @@ class GroupCommitter:
                  mode: str | None = None,
                  wait_job: Callable[[FlushJob], None] | None = None,
                  on_durable: Callable[[list[int]], None] | None = None,
-                 early_start: int = 512) -> None:
+                 early_start: int = 512,
+                 hold_timer: Callable[[float, Callable[[], None]], Callable[[], None]] | None = None,
+                 clock: Callable[[], float] = time.monotonic,
+                 run_inline: Callable[[Callable[[], None]], None] | None = None,
+                 ) -> None:
         self.log = log
         #: ``flush_modes.INLINE``, ``PIPELINE`` or ``BACKGROUND`` (``inline=False`` means background).
         self.mode = mode if mode is not None else (flush_modes.INLINE if inline else flush_modes.BACKGROUND)
@@ -86,9 +106,58 @@ class GroupCommitter:
         self.records_flushed = 0
         #: Told of each completed flush: (records, seconds). Telemetry sets it; None: nobody asks.
         self.on_flush: Callable[[int, float], None] | None = None
+        #: Producers outstanding: each will append a record soon without waiting for a flush.
+        self.producers = 0
+        #: The longest a flush is held for outstanding producers (seconds): one flush time.
+        self.hold_s = HOLD_DEFAULT_S
+        # Schedules a call after a delay and returns its cancel (the loop's timer by default).
+        self._hold_timer = hold_timer if hold_timer is not None else self._loop_timer
+        self._hold_cancel: Callable[[], None] | None = None
+        self._clock = clock
+        # Runs an inline flush's blocking part on the loop's thread (the simulator passes time there).
+        self._run_inline = run_inline
+        # How long recent flushes took, from begin to end on this committer's clock: ``hold_s``
+        # is their median (a simulated clock keeps a seed's decisions the same).
+        self._took: collections.deque[float] = collections.deque(maxlen=64)
+        self._launched_at = 0.0
+        # When producers last became outstanding with none before (or a flush last began
+        # while they were): a record never waits for them longer than ``hold_s``.
+        self._producing_since = 0.0
+        # A hold ran out with producers still out: they are slow, so do not hold for them
+        # again until one lands (a step running for minutes must not cost every flush a hold).
+        self._hold_futile = False
+        #: Flushes held for producers, and of them those whose hold ran out.
+        self.holds = 0
+        self.holds_expired = 0
         log.on_flushed = self._flushed_elsewhere
 
     # --- API ------------------------------------------------------------------
+
+    def expect(self, count: int = 1) -> None:
+        """``count`` producers are outstanding: each will append a record soon (see ``landed``)."""
+        if not sabotage.active.flush_before_producers:
+            if not self.producers:
+                self._producing_since = self._clock()
+            self.producers += count
+
+    def landed(self) -> None:
+        """A producer is done (it appended its record, or will before the loop's next turn)."""
+        if sabotage.active.flush_before_producers:
+            return
+        self.producers -= 1
+        assert self.producers >= 0, "a producer landed that nobody expected"
+        self._hold_futile = False
+        if self.producers == 0:
+            if self._hold_cancel is not None:
+                # Everyone the held flush waited for has come: start it once this callback is done.
+                self._end_hold()
+                self._schedule_start()
+        elif (self._inflight is None and self._clock() - self._producing_since > self.hold_s
+              and not self._closed and self.log.failed is None and self.log.has_pending()):
+            # Producers keep coming (many runs' steps in one turn of the loop): what they
+            # appended so far goes to the disk now, while the rest still run.
+            self._producing_since = self._clock()
+            self._launch()
 
     def append(self, shard: int, data: bytes | bytearray | memoryview) -> int:
         """Appends a record (no I/O) and returns its LSN; call ``wait_durable`` or ``request_flush`` to get it on disk."""
@@ -115,7 +184,7 @@ class GroupCommitter:
                 if self._start_scheduled:
                     if log.pending_records >= self.early_start:
                         self._launch()  # enough for a batch: let the disk work while the rest append
-                elif self._inline and self._waiters == 0 and self._loop_idle():
+                elif self._inline and self._waiters == 0 and not self.producers and self._loop_idle():
                     self._flush_inline()
                     continue
                 else:
@@ -146,13 +215,14 @@ class GroupCommitter:
         Called before the loop's thread is lent to a step function: the disk
         then works on what is pending meanwhile instead of after it. A flush
         whose thread already finished is completed here first (the loop may
-        not have heard of it yet, if step functions ran back to back).
+        not have heard of it yet, if step functions ran back to back). Not
+        while producers are outstanding: their records join this flush instead.
         """
         job = self._inflight
         if job is not None and job.done:
             self._finish_inflight(job)
-        if (self._inflight is None and not self._closed and self.log.failed is None
-                and self.log.has_pending()):
+        if (self._inflight is None and not self.producers and not self._closed
+                and self.log.failed is None and self.log.has_pending()):
             self._launch()
 
     def checkpoint(self, state: bytes, covers: Sequence[int] | None = None) -> None:
@@ -178,6 +248,7 @@ class GroupCommitter:
             else:
                 break
         self._closed = True
+        self._end_hold()
         self._resolve(self._inflight_fut)
         self._resolve(self._next_fut)
         self._inflight_fut = self._next_fut = None
@@ -189,7 +260,7 @@ class GroupCommitter:
         """Makes ``lsn`` of ``shard`` durable now, on the calling thread, if nothing else could share the flush.
 
         That is: no task waits, no other callback is ready to run and the log
-        is healthy. Inline mode then flushes on the loop's thread; pipeline
+        is healthy, and no producer is outstanding. Inline mode then flushes on the loop's thread; pipeline
         mode hands the flush to the log's thread (unless one in flight is on
         its way) and blocks until it is done. The caller (a lone chain of
         steps) skips a turn of the loop. Returns whether ``lsn`` is durable.
@@ -204,6 +275,7 @@ class GroupCommitter:
         if (
             self._closed
             or self._waiters
+            or self.producers
             or log.failed is not None
             or not (self._inline or self._pipeline)
             or not self._loop_idle()
@@ -232,7 +304,7 @@ class GroupCommitter:
 
         Only when no flush is in flight: the rest of a fan-out joins the next write.
         """
-        if (self._pipeline and self._inflight is None and not self._closed
+        if (self._pipeline and self._inflight is None and not self.producers and not self._closed
                 and self.log.failed is None and self.log.has_pending()):
             self._launch()
 
@@ -240,6 +312,11 @@ class GroupCommitter:
     def flushing(self) -> bool:
         """Whether a flush is in flight (its end starts the next one if anything is pending)."""
         return self._inflight is not None
+
+    @property
+    def holding(self) -> bool:
+        """Whether a flush is held for producers (its hold's end starts it)."""
+        return self._hold_cancel is not None
 
     @property
     def waiters(self) -> int:
@@ -273,6 +350,8 @@ class GroupCommitter:
 
     def _start(self) -> None:
         # Runs after every task already ready: they all get to append to this batch first.
+        if self._hold_cancel is not None:
+            return  # held: the hold's end (a landing or its timer) starts it
         self._start_scheduled = False
         if self._closed or self._inflight is not None:
             return
@@ -280,25 +359,54 @@ class GroupCommitter:
             self._resolve(self._next_fut)  # failed, or a checkpoint flushed it already
             self._next_fut = None
             return
-        if self._inline and self._waiters == 1:
-            self._flush_inline()
+        if self.producers and not self._hold_futile:
+            # Records are about to come (executions in flight): wait for them, one flush time at most.
+            self._start_scheduled = True
+            self.holds += 1
+            self._hold_cancel = self._hold_timer(self.hold_s, self._hold_ran_out)
+            return
+        if self._inline and not self.producers and self._loop_idle():
+            self._flush_inline()  # nothing else could run meanwhile: the lowest latency
         else:
             self._launch()
 
+    def _hold_ran_out(self) -> None:
+        self._hold_cancel = None
+        self.holds_expired += 1
+        self._hold_futile = True
+        self._start()
+
+    def _end_hold(self) -> None:
+        cancel, self._hold_cancel = self._hold_cancel, None
+        if cancel is not None:
+            cancel()
+            self._start_scheduled = False  # the hold was the scheduled start
+
+    def _loop_timer(self, delay: float, fn: Callable[[], None]) -> Callable[[], None]:
+        return self._get_loop().call_later(delay, fn).cancel
+
     def _flush_inline(self) -> None:
+        self._end_hold()
         job = self.log.begin_flush()
         if job is None:
             return
-        job.run()
+        began = self._clock()
+        if self._run_inline is not None:
+            self._run_inline(job.run)
+        else:
+            job.run()
+        self._took.append(self._clock() - began)
         self._complete(job)
         self._resolve(self._next_fut)
         self._next_fut = None
         self.inline_flushes += 1
 
     def _launch(self) -> None:
+        self._end_hold()
         job = self.log.begin_flush()
         assert job is not None and self._inflight is None
         self._inflight = job
+        self._launched_at = self._clock()
         # Everyone waiting for the forming batch now waits for this one.
         self._inflight_fut, self._next_fut = self._next_fut, None
         done = asyncio.ensure_future(self._run_blocking(job.run), loop=self._get_loop())
@@ -320,6 +428,7 @@ class GroupCommitter:
             self._stale += 1
         if not job.done:
             job.wait()  # the runner gave up on it: finish it here rather than lose it
+        self._took.append(self._clock() - self._launched_at)
         self._inflight = None
         fut, self._inflight_fut = self._inflight_fut, None
         self._complete(job)
@@ -351,6 +460,9 @@ class GroupCommitter:
             return
         self.flushes += 1
         self.records_flushed += job.records
+        if not self.flushes & 63 and self._took:
+            took = sorted(self._took)
+            self.hold_s = min(max(took[len(took) // 2], HOLD_MIN_S), HOLD_MAX_S)
         if self.on_flush is not None:
             samples = self.log.flush_seconds
             self.on_flush(job.records, samples[-1] if samples else 0.0)

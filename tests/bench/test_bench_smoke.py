@@ -215,3 +215,16 @@ def test_telemetry_cost_script_quick(tmp_path: Path) -> None:
     assert list(tmp_path.iterdir()) == []
     verdicts = {what: ok for what, _, ok in run_all.targets({"fusee": {"telemetry": {"off_vs_baseline": 1.01}}})}
     assert verdicts["telemetry off: CPU per step ≤ 1.02 × the code before its hooks"] is True
+
+
+def test_concurrent_chains_script_quick(tmp_path: Path) -> None:
+    (result,) = _run(str(BENCH / "concurrent_chains.py"), "--steps", "20", "--chains", "1,4",
+                     "--rounds", "1", scratch=tmp_path)
+    assert result["workload"] == "concurrent_chains" and result["floor_p50_us"] > 0
+    assert [r["chains"] for r in result["rows"]] == [1, 4]
+    for r in result["rows"]:
+        assert 0 < r["step_p50_us"] <= r["step_p99_us"] and r["steps_per_s"] > 0
+        assert r["flushes"] > 0 and r["records_per_flush"] > 0
+    assert list(tmp_path.iterdir()) == []  # the data directories were removed
+    section = "\n".join(run_all.render_concurrent_chains({"fusee": {"concurrent_chains": result}}))
+    assert "## N concurrent chains in one engine" in section and "| 4 |" in section

@@ -102,11 +102,11 @@ def _implemented(switch: str) -> bool:
 
 
 def _world_switches() -> list[str]:
-    """The sabotage switches this world must catch (tests/sim/test_scaleout.py and test_expiry.py
-    have the scale-out ones)."""
-    from fusee.sim import expiry, scaleout
+    """The sabotage switches this world must catch (tests/sim/test_scaleout.py, test_expiry.py and
+    test_grouping.py have the scale-out and group commit ones)."""
+    from fusee.sim import expiry, grouping, scaleout
 
-    elsewhere = {*scaleout.SWITCHES, *expiry.SWITCHES}
+    elsewhere = {*scaleout.SWITCHES, *expiry.SWITCHES, *grouping.SWITCHES}
     return [f.name for f in dataclasses.fields(sabotage.Sabotage) if f.name not in elsewhere]
 
 
