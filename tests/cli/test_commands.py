@@ -288,6 +288,10 @@ def test_url_target_against_fusee_serve(served: tuple[str, str]) -> None:
         time.sleep(0.05)
     p = fusee_cmd("reset", "p-1", "--before-step", "call", "--by", "ops", *auth)
     assert p.returncode == 0, p.stderr
+    deadline = time.monotonic() + 60
+    while status("p-1")["summary"]["paused_steps"] != ["call"]:  # the new run's retries run out again
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
     p = fusee_cmd("resume", "p-1", *auth)
     assert p.returncode == 0, p.stderr
 
