@@ -317,7 +317,8 @@ class _Api:
         async def resume() -> None:
             # Checked and resumed in one turn of the engine's loop: nothing pauses in between.
             s = engine.describe(wid)
-            if s.ended_at is None and not s.paused_steps and getattr(engine, "is_owner", True):
+            # (A follower's view may lag its owner's: it leaves the answer to the owner.)
+            if s.ended_at is None and not s.paused_steps and engine.is_owner:
                 raise BadRequest(f"run {wid!r} has no paused step to resume: resume is for steps whose "
                                  "retries ran out (describe shows them as paused_steps)", None, status=409,
                                  type="NothingPaused")

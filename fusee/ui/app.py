@@ -334,7 +334,8 @@ class _UI:
         """Resumes ``wid``'s paused steps; False (nothing done) when none is paused. Checked and
         resumed in one turn of the engine's loop."""
         s = self.engine.describe(wid)
-        if s.ended_at is None and not s.paused_steps and getattr(self.engine, "is_owner", True):
+        # (A follower's view may lag its owner's: it leaves the answer to the owner.)
+        if s.ended_at is None and not s.paused_steps and self.engine.is_owner:
             return False
         await self.engine.resume(wid, by=BY)
         return True
