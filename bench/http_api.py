@@ -40,7 +40,7 @@ async def bench(runs: int, requests: int) -> list[dict[str, Any]]:
         async with fusee.Engine.open(path, workflows=[waiter]) as engine:
             await asyncio.gather(*(engine.start(waiter, f"w-{i}", i) for i in range(runs)))
             transport = httpx.ASGITransport(app=app(engine))
-            async with httpx.AsyncClient(transport=transport, base_url="http://bench") as c:
+            async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as c:
                 cases: list[tuple[str, str, str, dict[str, Any] | None]] = [
                     ("http_list_page", "GET", "/api/runs?limit=100&where=attrs.group%20%3D%203", None),
                     ("http_describe", "GET", "/api/runs/w-1", None),

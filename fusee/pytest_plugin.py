@@ -1,12 +1,17 @@
 """pytest fixtures for workflow tests (registered as the ``fusee`` pytest plugin).
 
 Name the workflows with a marker and take a fixture; each fixture gives an
-engine to open with ``async with`` (so no async plugin is needed)::
+engine to open with ``async with``::
 
     @pytest.mark.fusee_workflows(order, ship)
     async def test_order(fusee_engine):
         async with fusee_engine as env:       # a TestEngine: memory, time skips
             assert await env.execute(order, "o-1", 3) == ...
+
+The tests are ``async def``, which pytest does not run by itself: install an
+async plugin such as pytest-asyncio and set ``asyncio_mode = "auto"`` (or mark
+each test ``@pytest.mark.asyncio``). The fixtures themselves are plain
+(synchronous) fixtures, so they work under any async plugin.
 """
 
 from __future__ import annotations

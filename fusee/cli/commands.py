@@ -75,7 +75,7 @@ def _target(args: tuple[str, ...], url: str | None, token: str | None, names: tu
 
 
 #: The commands that change runs: they need --url.
-ACTIONS = ("start", "signal", "query", "cancel", "terminate", "resume", "reset", "complete")
+ACTIONS = ("start", "signal", "query", "cancel", "terminate", "resume", "reset", "fork", "complete")
 #: The subcommands that change schedules and limits: they need --url too.
 GROUP_ACTIONS = {("schedules", op) for op in ("pause", "unpause", "trigger", "backfill", "delete")} | {
     ("limits", "set")}
@@ -369,7 +369,7 @@ def resume(workflow_id: str, url: str | None, token: str | None, by: str | None,
         answer = api.act(workflow_id, "resume", {"by": by})
     finally:
         api.close()
-    _done(answer, f"{workflow_id} resumed", as_json)
+    _done(answer, f"{workflow_id}: paused steps resumed", as_json)
 
 
 @cli.command()
@@ -397,6 +397,34 @@ def reset(workflow_id: str, url: str | None, token: str | None, before_step: str
     finally:
         api.close()
     _done(answer, f"{workflow_id} reset: run {answer['run_id']}", as_json)
+
+
+@cli.command()
+@click.argument("workflow_id")
+@click.argument("new_id")
+@_url
+@_token
+@click.option("--before-step", help="Cut before the first step of this name.")
+@click.option("--before-position", type=click.IntRange(0), help="Cut before this journal position.")
+@click.option("--reapply-signals/--drop-signals", default=True, show_default=True,
+              help="Deliver again the signals that arrived after the cut.")
+@click.option("--version", type=int, help="Run the copy on this registered version of the workflow.")
+@click.option("--by", help="Who asks (journaled for the audit).")
+@_json
+def fork(workflow_id: str, new_id: str, url: str | None, token: str | None, before_step: str | None,
+         before_position: int | None, reapply_signals: bool, version: int | None, by: str | None,
+         as_json: bool) -> None:
+    """Start NEW_ID from WORKFLOW_ID's journal before a step (or a position), leaving WORKFLOW_ID alone."""
+    if before_step is None and before_position is None:
+        raise click.UsageError("give --before-step NAME or --before-position N")
+    api = _api(url, token, "fork")
+    try:
+        answer = api.act(workflow_id, "fork", {
+            "new_id": new_id, "before_step": before_step, "before_position": before_position,
+            "reapply_signals": reapply_signals, "version": version, "by": by})
+    finally:
+        api.close()
+    _done(answer, f"{answer['workflow_id']} forked from {workflow_id}: run {answer['run_id']}", as_json)
 
 
 @cli.command()
@@ -501,19 +529,36 @@ def disk_check(directory: str, count: int | None, size: int | None) -> None:
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option("--port", type=click.IntRange(0, 65535), default=8233, show_default=True)
 @_token
+@click.option("--allowed-host", "allowed_hosts", multiple=True, metavar="NAME",
+              help="Answer requests whose Host is NAME too (repeatable; '*.example.com' for a domain, '*' for "
+                   "any). Loopback names and --host are always answered; others get 400.")
+@click.option("--max-body", type=click.IntRange(1), default=None, metavar="BYTES",
+              help="The largest request body taken (413 beyond)  [default: 16 MiB]")
 @click.option("--log-level", default="info", show_default=True,
               type=click.Choice(["critical", "error", "warning", "info", "debug"]))
-def serve(factory: str, host: str, port: int, token: str | None, log_level: str) -> None:
+def serve(factory: str, host: str, port: int, token: str | None, allowed_hosts: tuple[str, ...],
+          max_body: int | None, log_level: str) -> None:
     """Open the engine that MODULE:FACTORY returns (an Engine, or an awaitable of one) and serve
     its HTTP API (and web UI) until interrupted. Refuses a non-loopback host without --token."""
     import asyncio
+    import ipaddress
 
-    from fusee.http.serve import check_bind, load_factory
+    from fusee.http.guard import DEFAULT_MAX_BODY
+    from fusee.http.serve import check_bind, load_factory, served_hosts
     from fusee.http.serve import serve as run
 
     check_bind(host, token)
+    names = served_hosts(host, allowed_hosts)
+    try:
+        wildcard = ipaddress.ip_address(host.strip("[]")).is_unspecified
+    except ValueError:
+        wildcard = False
+    if wildcard and not allowed_hosts:
+        click.echo(f"fusee serve: listening on {host}, answering only requests whose Host is one of "
+                   f"{', '.join(names)}: give the names clients use with --allowed-host NAME", err=True)
     target = load_factory(factory)
-    asyncio.run(run(target, host=host, port=port, token=token, log_level=log_level))
+    asyncio.run(run(target, host=host, port=port, token=token, log_level=log_level, allowed_hosts=allowed_hosts,
+                    max_body=DEFAULT_MAX_BODY if max_body is None else max_body))
 
 
 @cli.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True,
@@ -634,8 +679,8 @@ def limits_list(target: str | None, url: str | None, token: str | None, as_json:
     from fusee.cli import render
 
     if url is None and target is not None and not _is_url(target):
-        _fail("limits live in the memory of the running engine (set by Engine.open and set_limit), not in "
-              "its directory: ask the application with --url http://HOST:PORT")
+        _fail("limits live in the memory of the running engine (the application declares them when it "
+              "opens it), not in its directory: ask the application with --url http://HOST:PORT")
     if url is None and target is not None:
         url, target = target, None
     if url is None:
@@ -717,14 +762,17 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _one_line(e: BaseException) -> str:
-    if isinstance(e, Failure | errors.FuseeError):
-        text = str(e)
+    if isinstance(e, Failure | errors.FuseeError | ValueError | TypeError):
+        text = str(e)  # our messages, and the engine's typed errors: written for the user
     elif isinstance(e, FileNotFoundError | PermissionError | IsADirectoryError | NotADirectoryError):
         text = f"{e.strerror}: {e.filename}"
     elif isinstance(e, OSError):
         text = f"{e.strerror or e}" + (f": {e.filename}" if e.filename else "")
-    elif isinstance(e, ImportError | ValueError | TypeError):
-        text = f"{type(e).__name__}: {e}"
+    elif isinstance(e, ModuleNotFoundError):
+        text = (f"no module named {e.name!r}: run the command from the directory that holds it, or add that "
+                "directory to PYTHONPATH")
+    elif isinstance(e, ImportError):
+        text = f"cannot import: {e}"
     else:
         text = f"{type(e).__name__}: {e} (set FUSEE_DEBUG=1 to see where)"
     return " ".join(text.split()) or type(e).__name__

@@ -1,7 +1,8 @@
 """How the ``fusee`` command shows runs: rich tables on a terminal, plain text elsewhere.
 
 Colours and styles are written only to a terminal (rich's own detection, which
-also honours ``NO_COLOR``); piped output is plain and wide enough not to cut IDs.
+also honours ``NO_COLOR``). Piped output is plain, and as wide as its longest
+line: nothing is cut or folded, so an error stays whole on its line for grep.
 """
 
 from __future__ import annotations
@@ -21,11 +22,15 @@ _STATUS_STYLE = {
 }
 
 
+#: The width of piped output: tables are only as wide as their content, up to this.
+PIPED_WIDTH = 1 << 20
+
+
 def console(stderr: bool = False) -> Console:
     stream = sys.stderr if stderr else sys.stdout
     tty = stream.isatty()
-    # Off a terminal: no colour, no markup codes, and wide enough for long IDs.
-    return Console(file=stream, width=None if tty else 200, no_color=not tty, highlight=False,
+    # Off a terminal: no colour, no markup codes, and no width to fold long lines at.
+    return Console(file=stream, width=None if tty else PIPED_WIDTH, no_color=not tty, highlight=False,
                    emoji=False, soft_wrap=not tty)
 
 
@@ -96,7 +101,9 @@ def _detail(e: dict[str, Any]) -> str:
     parts = []
     for key in ("error", "reason", "result", "value", "input", "workflow_id", "update_id"):
         if e.get(key) not in (None, ""):
-            parts.append(f"{key}: {_short(e[key])}")
+            # Errors and reasons are messages, shown whole; payloads are cut (--json has them).
+            text = e[key] if key in ("error", "reason") and isinstance(e[key], str) else _short(e[key])
+            parts.append(f"{key}: {text}")
     if e.get("retry_at"):
         parts.append(f"retry at {_time(e['retry_at'])}")
     if e.get("duration_ms") is not None:
@@ -133,13 +140,20 @@ def metrics_table(m: dict[str, Any]) -> Table:
     grid.add_column()
     for shard in m["shards"]:
         runs = " ".join(f"{k}={v}" for k, v in shard["runs"].items()) or "-"
-        grid.add_row(f"shard {shard['shard']}", f"{runs}  (loaded {shard['loaded']}, parked {shard['parked']}, "
-                                                 f"durable lsn {shard['durable_lsn']})")
+        grid.add_row(f"shard {shard['shard']}", f"{runs}  (loaded {_figure(shard['loaded'])}, parked "
+                                                 f"{_figure(shard['parked'])}, durable lsn {shard['durable_lsn']})")
     for key in ("steps_run", "steps_executing", "steps_gated", "timers_pending", "flushes", "records_flushed",
                 "records_pending", "flush_p50_ms", "flush_p99_ms", "indexed"):
-        value = m[key]
-        grid.add_row(key.replace("_", " "), f"{value:.3f}" if isinstance(value, float) else str(value))
+        grid.add_row(key.replace("_", " "), _figure(m[key]))
+    if any(m.get(key, 0) is None for key in ("steps_run", "flushes")):
+        grid.add_row("", "n/a: read offline; the running engine counts these (ask it with --url)")
     return grid
+
+
+def _figure(value: Any) -> str:
+    if value is None:
+        return "n/a"
+    return f"{value:.3f}" if isinstance(value, float) else str(value)
 
 
 def _every(s: dict[str, Any]) -> str:

@@ -15,6 +15,9 @@ from typing import Any
 
 from fusee import errors, journal_file, views
 
+#: The figures of :meth:`Engine.metrics` that count what a running engine did or holds in memory.
+RUNTIME_COUNTERS = ("steps_run", "steps_executing", "steps_gated", "timers_pending", "flushes", "inline_flushes",
+                    "records_flushed", "records_pending", "flush_p50_ms", "flush_p99_ms", "stats")
 #: Rows of a listing (schedules, limits). An alias: the targets' ``list`` method hides the builtin.
 Rows = list[dict[str, Any]]
 
@@ -83,7 +86,14 @@ class Directory(Target):
         return journal_file.dumps(self._runner.run(self._engine.journal(workflow_id)))
 
     def metrics(self) -> dict[str, Any]:
-        return views.metrics(self._engine.metrics())
+        """What the log holds (runs by status, durable positions, the index); the counters of a
+        running engine (steps, flushes, timers, runs in memory) are None: nothing ran here."""
+        m = views.metrics(self._engine.metrics())
+        for key in RUNTIME_COUNTERS:
+            m[key] = None
+        for shard in m["shards"]:
+            shard["loaded"] = shard["parked"] = None
+        return m
 
     def schedules(self) -> Rows:
         """The schedules as their durable runs show them, offline.
@@ -166,9 +176,12 @@ class Api(Target):
                 err = r.json()["error"]
                 raise errors.ApiError(r.status_code, err["type"], err["message"], err.get("field"))
             except (ValueError, KeyError, TypeError):
+                said = r.text.strip() if r.headers.get("content-type", "").startswith("text/plain") else ""
+                said = f": {said[:200]}" if said else ""
+                hint = (" (the server answers only the Host names it was given: fusee serve --allowed-host)"
+                        if said == ": Invalid host header" else " (is it a Fusee HTTP API?)")
                 raise errors.ApiError(r.status_code, "HttpError",
-                                      f"{self.label} answered {r.status_code} {r.reason_phrase} "
-                                      "(is it a Fusee HTTP API?)") from None
+                                      f"{self.label} answered {r.status_code} {r.reason_phrase}{said}{hint}") from None
         if r.headers.get("content-type", "").startswith("application/json"):
             return r.json()
         return r.content

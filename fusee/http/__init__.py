@@ -12,6 +12,7 @@ except ImportError as e:  # pragma: no cover - depends on the installed extras
     raise ImportError("fusee.http needs the http extra: pip install 'fusee[http]'") from e
 
 from fusee.http.app import app, on_engine
+from fusee.http.guard import DEFAULT_MAX_BODY, LOOPBACK_HOSTS
 from fusee.http.serve import DEFAULT_HOST, DEFAULT_PORT, serve
 
-__all__ = ["DEFAULT_HOST", "DEFAULT_PORT", "app", "on_engine", "serve"]
+__all__ = ["DEFAULT_HOST", "DEFAULT_MAX_BODY", "DEFAULT_PORT", "LOOPBACK_HOSTS", "app", "on_engine", "serve"]

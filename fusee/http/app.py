@@ -12,30 +12,37 @@ from __future__ import annotations
 import asyncio
 import datetime
 import functools
-import hmac
 import importlib
 import importlib.util
 import json
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 import msgspec
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response, StreamingResponse
-from starlette.routing import BaseRoute, Mount, Route
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.routing import BaseRoute, Mount, Route, Router
+from starlette.types import ASGIApp
 
 import fusee
 from fusee import codec, errors, journal_file, objects, views
 from fusee.engine.visibility import MAX_LIMIT
 from fusee.http import openapi, schemas
+from fusee.http.guard import DEFAULT_MAX_BODY, LOOPBACK_HOSTS, error_response, too_large
+from fusee.http.guard import middleware as guards
+from fusee.http.paths import RawPath, encoded_path, param
 
 T = TypeVar("T")
 
 #: How long one wait of a stream reader lasts before a keep-alive comment is sent (seconds).
 STREAM_POLL = 15.0
+
+#: The POST endpoints of a run (``/api/runs/{workflow_id}/{action}``), each the handler of that name.
+RUN_ACTIONS = ("signal", "query", "update", "cancel", "terminate", "resume", "reset", "fork")
+#: Its GET endpoints (with ``streams/{name}``).
+RUN_READS = ("journal", "export")
 
 #: HTTP status of each engine error (the others are 400: the request cannot be done as asked).
 _STATUS: dict[type[BaseException], int] = {
@@ -64,16 +71,6 @@ class BadRequest(Exception):
         self.type = type
 
 
-def error_response(status: int, type: str, message: str, field: str | None = None,
-                   headers: dict[str, str] | None = None) -> JSONResponse:
-    body = {"error": {"type": type, "message": message, "field": field}}
-    return JSONResponse(body, status_code=status, headers=headers)
-
-
-_AT = re.compile(r"at `\$\.([A-Za-z_][\w.]*)")
-_FIELD = re.compile(r"field `([^`]+)`")
-
-
 async def _body(request: Request, kind: type[T]) -> T:
     raw = await request.body()
     if not raw.strip():
@@ -81,9 +78,8 @@ async def _body(request: Request, kind: type[T]) -> T:
     try:
         return msgspec.json.decode(raw, type=kind)
     except msgspec.ValidationError as e:
-        text = str(e)
-        m = _AT.search(text) or _FIELD.search(text)
-        raise BadRequest(f"invalid request body: {text}", m.group(1) if m else "body") from None
+        message, field = schemas.explain(str(e), kind)
+        raise BadRequest(message, field) from None
     except msgspec.DecodeError as e:
         raise BadRequest(f"the request body is not JSON: {e}", "body") from None
 
@@ -171,8 +167,7 @@ class _Api:
         return await on_engine(self.engine, run)
 
     def wid(self, request: Request) -> str:
-        wid: str = request.path_params["workflow_id"]
-        return wid
+        return param(request, "workflow_id")
 
     async def exists(self, wid: str) -> Any:
         """The run's summary; NotFound (404) for an unknown ID."""
@@ -215,7 +210,7 @@ class _Api:
     @_handler("offset")
     async def stream(self, request: Request) -> Response:
         wid = self.wid(request)
-        name: str = request.path_params["name"]
+        name = param(request, "name")
         offset = _int_param(request, "offset", 0, 0, 1 << 62)
         last = request.headers.get("last-event-id")
         if last is not None:
@@ -294,7 +289,7 @@ class _Api:
         except errors.FuseeError:
             raise
         except Exception as e:  # the workflow's validator refused it: nothing was recorded
-            raise BadRequest(f"the update was rejected: {type(e).__name__}: {e}", "arg",
+            raise BadRequest(f"the update was rejected: {str(e) or type(e).__name__}", "arg",
                              type="UpdateRejected") from None
         return _result(result)
 
@@ -316,7 +311,20 @@ class _Api:
     async def resume(self, request: Request) -> Response:
         wid = self.wid(request)
         body = await _body(request, schemas.ResumeRequest)
-        await self.call(lambda: self.engine.resume(wid, by=_who(body.by)))
+        by = _who(body.by)
+        engine = self.engine
+
+        async def resume() -> None:
+            # Checked and resumed in one turn of the engine's loop: nothing pauses in between.
+            s = engine.describe(wid)
+            # (A follower's view may lag its owner's: it leaves the answer to the owner.)
+            if s.ended_at is None and not s.paused_steps and engine.is_owner:
+                raise BadRequest(f"run {wid!r} has no paused step to resume: resume is for steps whose "
+                                 "retries ran out (describe shows them as paused_steps)", None, status=409,
+                                 type="NothingPaused")
+            await engine.resume(wid, by=by)
+
+        await self.call(resume)
         return JSONResponse({"workflow_id": wid, "action": "resume"})
 
     @_handler("before_step")
@@ -332,6 +340,22 @@ class _Api:
             wid, before_step=body.before_step, before_position=body.before_position,
             reapply_signals=body.reapply_signals, version=body.version, by=_who(body.by)))
         return JSONResponse({"workflow_id": handle.workflow_id, "run_id": handle.run_id})
+
+    @_handler("before_step")
+    async def fork(self, request: Request) -> Response:
+        wid = self.wid(request)
+        body = await _body(request, schemas.ForkRequest)
+        if not body.new_id:
+            raise BadRequest("new_id must be a non-empty string: the ID of the new run", "new_id")
+        if body.before_step is None and body.before_position is None:
+            raise BadRequest("give before_step (a step's name) or before_position (a journal position)",
+                             "before_step")
+        if body.before_position is not None and body.before_position < 0:
+            raise BadRequest("before_position must be >= 0", "before_position")
+        handle = await self.call(lambda: self.engine.fork(
+            wid, body.new_id, before_step=body.before_step, before_position=body.before_position,
+            reapply_signals=body.reapply_signals, version=body.version, by=_who(body.by)))
+        return JSONResponse({"workflow_id": handle.workflow_id, "run_id": handle.run_id}, status_code=201)
 
     @_handler("token")
     async def complete(self, request: Request) -> Response:
@@ -383,8 +407,7 @@ class _Api:
         return JSONResponse(views.schedule(info), status_code=201)
 
     def sid(self, request: Request) -> str:
-        sid: str = request.path_params["schedule_id"]
-        return sid
+        return param(request, "schedule_id")
 
     @_handler()
     async def describe_schedule(self, request: Request) -> Response:
@@ -393,7 +416,7 @@ class _Api:
 
     @_handler()
     async def schedule_action(self, request: Request) -> Response:
-        sid, op = self.sid(request), request.path_params["op"]
+        sid, op = self.sid(request), param(request, "op")
         acts = {"pause": self.engine.pause_schedule, "unpause": self.engine.unpause_schedule,
                 "trigger": self.engine.trigger_schedule, "delete": self.engine.delete_schedule}
         act = acts.get(op)
@@ -425,7 +448,7 @@ class _Api:
 
     @_handler()
     async def set_limit(self, request: Request) -> Response:
-        name: str = request.path_params["name"]
+        name = param(request, "name")
         body = await _body(request, schemas.SetLimitRequest)
         changes: dict[str, Any] = {}
         if body.concurrency is not msgspec.UNSET:
@@ -448,8 +471,7 @@ class _Api:
 
     def obj(self, request: Request) -> tuple[Any, str]:
         """The keyed object named in the path (404 naming ``object`` if the engine has none)."""
-        name: str = request.path_params["object"]
-        key: str = request.path_params["key"]
+        name, key = param(request, "object"), param(request, "key")
         found = self.engine._rt.versions.get((objects.PREFIX + name, 1))
         owner = getattr(getattr(found, "fn", None), "__self__", None)
         if not isinstance(owner, objects.ObjectDef):
@@ -491,7 +513,8 @@ class _Api:
         try:
             value = msgspec.convert(body.value, obj.state_type, strict=False)
         except (msgspec.ValidationError, TypeError) as e:
-            raise BadRequest(f"value is not a state of object {obj.name!r}: {e}", "value") from None
+            message, _ = schemas.explain(str(e), obj.state_type)
+            raise BadRequest(f"value is not a state of object {obj.name!r}: {message}", "value") from None
         await self.precheck(obj, key, _ver(body.if_version))
         await self.call(lambda: self.engine.set_object_state(obj, key, value, if_version=_ver(body.if_version)))
         return await self.state_answer(obj, key)
@@ -570,57 +593,6 @@ def _safe(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]", "_", name) or "journal"
 
 
-class TokenCheck:
-    """Refuses every HTTP request without ``Authorization: Bearer <token>`` (401, JSON), before
-    any handler runs. A browser sends the token as the ``fusee_token`` cookie instead: opening
-    any page once with ``?token=<token>`` sets it (HttpOnly, SameSite=Strict)."""
-
-    def __init__(self, app: ASGIApp, token: str) -> None:
-        self.app = app
-        self.token = token.encode()
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] not in ("http", "websocket") or self._allowed(scope):
-            await self.app(scope, receive, send)
-            return
-        if scope["type"] == "http" and self._in_query(scope):
-            cookie = (b"fusee_token=" + self.token + b"; Path=/; HttpOnly; SameSite=Strict")
-
-            async def send_with_cookie(message: Any) -> None:
-                if message["type"] == "http.response.start":
-                    message = {**message, "headers": [*message.get("headers", []), (b"set-cookie", cookie)]}
-                await send(message)
-
-            await self.app(scope, receive, send_with_cookie)
-            return
-        if scope["type"] == "websocket":
-            await send({"type": "websocket.close", "code": 1008})
-            return
-        response = error_response(
-            401, "Unauthorized",
-            "this API needs its token: send the header 'Authorization: Bearer <token>'",
-            "Authorization", headers={"WWW-Authenticate": "Bearer"})
-        await response(scope, receive, send)
-
-    def _in_query(self, scope: Scope) -> bool:
-        from urllib.parse import parse_qsl
-
-        query = scope.get("query_string", b"").decode("latin-1")
-        return any(k == "token" and hmac.compare_digest(v.encode(), self.token)
-                   for k, v in parse_qsl(query))
-
-    def _allowed(self, scope: Scope) -> bool:
-        headers = dict(scope.get("headers") or ())
-        auth = headers.get(b"authorization", b"")
-        if auth[:7].lower() == b"bearer " and hmac.compare_digest(auth[7:].strip(), self.token):
-            return True
-        for part in headers.get(b"cookie", b"").split(b";"):
-            name, _, value = part.strip().partition(b"=")
-            if name == b"fusee_token" and hmac.compare_digest(value, self.token):
-                return True
-        return False
-
-
 def ui_routes(engine: fusee.Engine) -> list[BaseRoute] | None:
     """The web UI's routes (``fusee.ui.routes``) if the UI is installed, else None."""
     if importlib.util.find_spec("fusee.ui") is None:
@@ -630,7 +602,8 @@ def ui_routes(engine: fusee.Engine) -> list[BaseRoute] | None:
     return routes
 
 
-def app(engine: fusee.Engine, token: str | None = None) -> ASGIApp:
+def app(engine: fusee.Engine, token: str | None = None, *, allowed_hosts: Sequence[str] | None = None,
+        max_body: int = DEFAULT_MAX_BODY) -> ASGIApp:
     """The HTTP API of ``engine`` as an ASGI app (Starlette), with the web UI at ``/ui``.
 
     Endpoints are under ``/api`` (the OpenAPI document is at ``/openapi.json``
@@ -639,11 +612,20 @@ def app(engine: fusee.Engine, token: str | None = None) -> ASGIApp:
     runs. Bad requests get 4xx with ``{"error": {"type", "message", "field"}}``;
     an unknown workflow ID gets 404. Mount it in your own ASGI app or serve it
     with ``fusee serve``; the engine must stay open while the app serves.
+
+    Before any handler runs: a ``Host`` other than ``allowed_hosts`` (default
+    127.0.0.1, localhost and [::1]; ``["*"]`` for any) gets 400; a request that
+    changes something and comes from another site (its ``Origin``,
+    ``Sec-Fetch-Site`` or ``Referer``) gets 403; a write to ``/api`` that is
+    not ``application/json`` gets 415; a body over ``max_body`` bytes gets 413,
+    refused as it arrives. IDs in paths are one segment each: send a ``/`` in
+    an ID as ``%2F``.
     """
     if not isinstance(engine, fusee.Engine):
         raise TypeError(f"fusee.http.app takes an open fusee.Engine, got {engine!r}")
     if token is not None and (not isinstance(token, str) or not token):
         raise ValueError("token must be a non-empty string (or None for no token)")
+    checks = guards(LOOPBACK_HOSTS if allowed_hosts is None else allowed_hosts, max_body, token)
     api = _Api(engine)
     ui = ui_routes(engine)
 
@@ -656,52 +638,67 @@ def app(engine: fusee.Engine, token: str | None = None) -> ASGIApp:
         return JSONResponse({"fusee": fusee.__version__ if hasattr(fusee, "__version__") else None,
                              "api": "/api", "openapi": "/openapi.json"})
 
+    async def no_action(request: Request) -> Response:
+        what = param(request, "action")
+        if what in RUN_ACTIONS or what in RUN_READS:
+            use = "POST" if what in RUN_ACTIONS else "GET"
+            return error_response(405, "MethodNotAllowed", f"{request.method} is not allowed on "
+                                  f"{encoded_path(request.scope)}: use {use}", "method", headers={"Allow": use})
+        return error_response(404, "NotFound", f"a run has no endpoint {what!r}: GET {', '.join(RUN_READS)} or "
+                              f"streams/NAME; POST {', '.join(RUN_ACTIONS)} (a '/' in an ID is sent as %2F)",
+                              "path")
+
+    # Routed on the path as sent: each {param} is one segment, decoded by the handler (paths.py).
+    api_routes: list[BaseRoute] = [
+        Route("/runs", api.list_runs, methods=["GET"]),
+        Route("/runs", api.start, methods=["POST"]),
+        Route("/runs/{workflow_id}", api.describe, methods=["GET"]),
+        Route("/runs/{workflow_id}/journal", api.journal, methods=["GET"]),
+        Route("/runs/{workflow_id}/export", api.export, methods=["GET"]),
+        Route("/runs/{workflow_id}/streams/{name}", api.stream, methods=["GET"]),
+        *(Route(f"/runs/{{workflow_id}}/{action}", getattr(api, action), methods=["POST"])
+          for action in RUN_ACTIONS),
+        Route("/runs/{workflow_id}/{action}", no_action, methods=["GET", "POST"]),
+        Route("/completions", api.complete, methods=["POST"]),
+        Route("/metrics", api.metrics, methods=["GET"]),
+        Route("/schedules", api.list_schedules, methods=["GET"]),
+        Route("/schedules", api.create_schedule, methods=["POST"]),
+        Route("/schedules/{schedule_id}", api.describe_schedule, methods=["GET"]),
+        Route("/schedules/{schedule_id}/backfill", api.backfill_schedule, methods=["POST"]),
+        Route("/schedules/{schedule_id}/{op}", api.schedule_action, methods=["POST"]),
+        Route("/limits", api.list_limits, methods=["GET"]),
+        Route("/limits/{name}", api.set_limit, methods=["POST"]),
+        Route("/objects/{object}/{key}/state", api.object_state, methods=["GET"]),
+        Route("/objects/{object}/{key}/state", api.set_object_state, methods=["PUT"]),
+        Route("/objects/{object}/{key}/state", api.patch_object_state, methods=["PATCH"]),
+        Route("/objects/{object}/{key}/state/clear", api.clear_object_state, methods=["POST"]),
+    ]
     routes: list[BaseRoute] = [
         Route("/", index),
         Route("/openapi.json", spec),
-        Route("/api/runs", api.list_runs, methods=["GET"]),
-        Route("/api/runs", api.start, methods=["POST"]),
-        # IDs may hold "/" (sent as %2F): the suffixed routes come first, the bare ID last.
-        Route("/api/runs/{workflow_id:path}/journal", api.journal, methods=["GET"]),
-        Route("/api/runs/{workflow_id:path}/export", api.export, methods=["GET"]),
-        Route("/api/runs/{workflow_id:path}/streams/{name}", api.stream, methods=["GET"]),
-        Route("/api/runs/{workflow_id:path}/signal", api.signal, methods=["POST"]),
-        Route("/api/runs/{workflow_id:path}/query", api.query, methods=["POST"]),
-        Route("/api/runs/{workflow_id:path}/update", api.update, methods=["POST"]),
-        Route("/api/runs/{workflow_id:path}/cancel", api.cancel, methods=["POST"]),
-        Route("/api/runs/{workflow_id:path}/terminate", api.terminate, methods=["POST"]),
-        Route("/api/runs/{workflow_id:path}/resume", api.resume, methods=["POST"]),
-        Route("/api/runs/{workflow_id:path}/reset", api.reset, methods=["POST"]),
-        Route("/api/runs/{workflow_id:path}", api.describe, methods=["GET"]),
-        Route("/api/completions", api.complete, methods=["POST"]),
-        Route("/api/metrics", api.metrics, methods=["GET"]),
-        Route("/api/schedules", api.list_schedules, methods=["GET"]),
-        Route("/api/schedules", api.create_schedule, methods=["POST"]),
-        Route("/api/schedules/{schedule_id:path}/backfill", api.backfill_schedule, methods=["POST"]),
-        Route("/api/schedules/{schedule_id:path}/{op}", api.schedule_action, methods=["POST"]),
-        Route("/api/schedules/{schedule_id:path}", api.describe_schedule, methods=["GET"]),
-        Route("/api/limits", api.list_limits, methods=["GET"]),
-        Route("/api/limits/{name}", api.set_limit, methods=["POST"]),
-        Route("/api/objects/{object}/{key:path}/state/clear", api.clear_object_state, methods=["POST"]),
-        Route("/api/objects/{object}/{key:path}/state", api.object_state, methods=["GET"]),
-        Route("/api/objects/{object}/{key:path}/state", api.set_object_state, methods=["PUT"]),
-        Route("/api/objects/{object}/{key:path}/state", api.patch_object_state, methods=["PATCH"]),
+        Mount("/api", app=RawPath(Router(api_routes))),
     ]
     if ui is not None:
         routes.append(Mount("/ui", routes=ui))
 
     async def not_found(request: Request, exc: Exception) -> Response:
-        return error_response(404, "NotFound", f"no such endpoint: {request.method} {request.url.path}",
-                              "path")
+        path = encoded_path(request.scope)
+        hint = " (IDs are one path segment: send a '/' in an ID as %2F)" if path.startswith("/api/") else ""
+        return error_response(404, "NotFound", f"no such endpoint: {request.method} {path}{hint}", "path")
 
     async def not_allowed(request: Request, exc: Exception) -> Response:
+        allow = (getattr(exc, "headers", None) or {}).get("Allow")
+        use = f": use {allow.replace(', ', ' or ')}" if allow else ""
         return error_response(405, "MethodNotAllowed",
-                              f"{request.method} is not allowed on {request.url.path}", "method")
+                              f"{request.method} is not allowed on {encoded_path(request.scope)}{use}", "method")
+
+    async def too_big(request: Request, exc: Exception) -> Response:
+        return too_large(max_body)
 
     async def crashed(request: Request, exc: Exception) -> Response:
         # A bug, not a bad request: the server logs the traceback, the client gets JSON.
         return error_response(500, type(exc).__name__, f"internal error: {exc}")
 
-    starlette = Starlette(routes=routes, exception_handlers={404: not_found, 405: not_allowed,
-                                                             Exception: crashed})
-    return starlette if token is None else TokenCheck(starlette, token)
+    return Starlette(routes=routes, middleware=checks,
+                     exception_handlers={404: not_found, 405: not_allowed, 413: too_big, Exception: crashed})
+

@@ -25,10 +25,23 @@ _ERRORS = {
     "401": _json(schemas.Error, "The token is missing or wrong. Nothing ran."),
     "404": _json(schemas.Error, "No workflow (schedule, limit, object) with that ID or name."),
 }
-_ID = {"name": "workflow_id", "in": "path", "required": True, "schema": {"type": "string"}}
-_SID = {"name": "schedule_id", "in": "path", "required": True, "schema": {"type": "string"}}
-_OBJ = [{"name": "object", "in": "path", "required": True, "schema": {"type": "string"}},
-        {"name": "key", "in": "path", "required": True, "schema": {"type": "string"}}]
+#: The answers of the checks made before any handler, on requests that change something.
+_WRITE_ERRORS = {
+    "403": _json(schemas.Error, "The request comes from another site (its Origin, Sec-Fetch-Site or Referer)."),
+    "413": _json(schemas.Error, "The body is over the server's limit (16 MiB unless configured)."),
+    "415": _json(schemas.Error, "The body is not sent as Content-Type: application/json."),
+}
+#: Path parameters are one segment each: a "/" in an ID is sent as %2F.
+_SEGMENT = "Percent-encoded, one path segment (send a '/' as %2F)"
+
+
+def _path(name: str) -> dict[str, Any]:
+    return {"name": name, "in": "path", "required": True, "schema": {"type": "string"}, "description": _SEGMENT}
+
+
+_ID = _path("workflow_id")
+_SID = _path("schedule_id")
+_OBJ = [_path("object"), _path("key")]
 _CONFLICT = {"409": _json(schemas.Error, "The state no longer has the version if_version names: read it again.")}
 
 
@@ -38,14 +51,16 @@ def _op(summary: str, ok: dict[str, Any], body: type | None = None, params: list
     if params:
         op["parameters"] = params
     if body is not None:
+        op["responses"].update(_WRITE_ERRORS)
         op["requestBody"] = {"required": True, "content": {"application/json": {"schema": _ref(body)}}}
     return op
 
 
 def _action(summary: str, body: type, answer: type = schemas.Accepted,
-            more: dict[str, Any] | None = None) -> dict[str, Any]:
+            more: dict[str, Any] | None = None, status: str = "200") -> dict[str, Any]:
     conflict = {"409": _json(schemas.Error, "The run has ended (or the request conflicts with its state).")}
-    return {"post": _op(summary, _json(answer, "Done, and durable."), body, [_ID], more={**conflict, **(more or {})})}
+    return {"post": _op(summary, _json(answer, "Done, and durable."), body, [_ID], status=status,
+                        more={**conflict, **(more or {})})}
 
 
 @functools.cache
@@ -89,7 +104,7 @@ def document() -> dict[str, Any]:
                        {"description": "Events 'chunk' (data: the chunk as JSON; id: the offset after it), "
                                        "then 'end' (data: {offset}). Reconnect with Last-Event-ID.",
                         "content": {"text/event-stream": {"schema": {"type": "string"}}}},
-                       params=[_ID, {"name": "name", "in": "path", "required": True, "schema": {"type": "string"}},
+                       params=[_ID, _path("name"),
                                {"name": "offset", "in": "query", "schema": {"type": "integer", "minimum": 0}}]),
         },
         "/api/runs/{workflow_id}/signal": _action("Send a signal (Engine.signal)", schemas.SignalRequest),
@@ -101,9 +116,14 @@ def document() -> dict[str, Any]:
             {"422": _json(schemas.Error, "The update's handler failed.")}),
         "/api/runs/{workflow_id}/cancel": _action("Request cancellation (Engine.cancel)", schemas.ReasonRequest),
         "/api/runs/{workflow_id}/terminate": _action("Terminate (Engine.terminate)", schemas.ReasonRequest),
-        "/api/runs/{workflow_id}/resume": _action("Resume paused steps (Engine.resume)", schemas.ResumeRequest),
+        "/api/runs/{workflow_id}/resume": _action(
+            "Resume paused steps (Engine.resume); 409 NothingPaused when no step is paused",
+            schemas.ResumeRequest),
         "/api/runs/{workflow_id}/reset": _action("Reset to before a step (Engine.reset)", schemas.ResetRequest,
                                                  schemas.Started),
+        "/api/runs/{workflow_id}/fork": _action(
+            "Start new_id from the run's journal before a step, leaving the run alone (Engine.fork)",
+            schemas.ForkRequest, schemas.Started, status="201"),
         "/api/completions": {
             "post": _op("Complete or fail an await_completion by its token (Engine.complete)",
                         _json(schemas.Completed, "Whether it was completed (durable)."), schemas.CompleteRequest),
@@ -143,7 +163,7 @@ def document() -> dict[str, Any]:
         "/api/limits/{name}": {
             "post": _op("Resize a limit now; not durable: the next Engine.open takes its own (Engine.set_limit)",
                         _json(schemas.LimitView, "The limit now."), schemas.SetLimitRequest,
-                        [{"name": "name", "in": "path", "required": True, "schema": {"type": "string"}}]),
+                        [_path("name")]),
         },
         "/api/objects/{object}/{key}/state": {
             "get": _op("A keyed object's state and version (Engine.object_state)",
@@ -165,7 +185,8 @@ def document() -> dict[str, Any]:
         "openapi": "3.1.0",
         "info": {"title": "Fusee", "version": "1",
                  "description": "Operate the runs of a Fusee engine: list, inspect, start, signal, "
-                                "query, update, cancel, terminate, resume, reset, complete, follow streams; "
+                                "query, update, cancel, terminate, resume, reset, fork, complete, follow "
+                                "streams; "
                                 "operate schedules, step limits and keyed objects' state."},
         "paths": paths,
         "components": {

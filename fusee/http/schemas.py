@@ -8,7 +8,8 @@ answers against them).
 
 from __future__ import annotations
 
-from typing import Any, Literal
+import re
+from typing import Any, Literal, get_args
 
 import msgspec
 
@@ -78,6 +79,18 @@ class ResetRequest(_Body):
     by: str | None = None
 
 
+class ForkRequest(_Body):
+    """Start a new run from a run's journal before a step or a position, leaving the run alone
+    (``Engine.fork``)."""
+
+    new_id: str
+    before_step: str | None = None
+    before_position: int | None = None
+    reapply_signals: bool = True
+    version: int | None = None
+    by: str | None = None
+
+
 class CompleteRequest(_Body):
     """Complete (or, with ``failed``, fail) an ``await_completion`` by its token
     (``Engine.complete``, ``Engine.fail_completion``)."""
@@ -87,6 +100,54 @@ class CompleteRequest(_Body):
     failed: bool = False
     message: str = ""
     by: str | None = None
+
+
+# --- the decoder's refusals, in the API's words ------------------------------------
+
+
+_AT = re.compile(r"(?P<what>.*?)(?: - at `\$(?P<path>[^`]*)`)?")
+#: How the decoder names JSON kinds, in the words of the API's documentation.
+_KINDS = {"str": "a string", "int": "a whole number", "float": "a number", "bool": "true or false",
+          "null": "null", "array": "a list", "object": "an object", "bytes": "a string"}
+
+
+def _kinds(text: str) -> str:
+    names = [_KINDS.get(k.strip(), k.strip()) for k in text.split("|")]
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1]
+
+
+def _struct_fields(kind: Any) -> tuple[Any, ...]:
+    try:
+        return tuple(msgspec.structs.fields(kind))
+    except TypeError:  # not a struct (an object's state may be a dataclass): no fields to name
+        return ()
+
+
+def _fields(kind: Any) -> list[str]:
+    return [f.encode_name for f in _struct_fields(kind)]
+
+
+def explain(text: str, kind: Any) -> tuple[str, str]:
+    """The decoder's refusal of a body of ``kind`` in the API's words, and the field it is about."""
+    m = _AT.fullmatch(text)
+    what, path = (m["what"], (m["path"] or "").lstrip(".")) if m else (text, "")
+    top = re.split(r"[.\[]", path)[0] if path else ""
+    fields = _fields(kind)
+    if e := re.fullmatch(r"Expected `([^`]+)`, got `([^`]+)`", what):
+        got = "a number" if e[2] in ("int", "float") else _kinds(e[2])
+        return f"{path or 'the body'} must be {_kinds(e[1])}, got {got}", top or "body"
+    if e := re.fullmatch(r"Object missing required field `([^`]+)`", what):
+        name = f"{path}.{e[1]}" if path else e[1]
+        return f"{name} is missing: the request needs it", top or e[1]
+    if e := re.fullmatch(r"Object contains unknown field `([^`]+)`", what):
+        name = f"{path}.{e[1]}" if path else e[1]
+        takes = f": this request takes {', '.join(fields)}" if not path else ""
+        return f"unknown field {name}{takes}", top or e[1]
+    if e := re.fullmatch(r"Invalid enum value (.+)", what):
+        choices = next((get_args(f.type) for f in _struct_fields(kind) if f.encode_name == top), ())
+        allowed = f": use one of {', '.join(repr(c) for c in choices)}" if choices else ""
+        return f"{path} cannot be {e[1]}{allowed}", top
+    return f"{path or 'the body'}: {what}", top or "body"
 
 
 # --- answers --------------------------------------------------------------------
@@ -292,7 +353,7 @@ class ObjectStateView(msgspec.Struct, kw_only=True):
 
 REQUESTS: tuple[type[_Body], ...] = (
     StartRequest, SignalRequest, QueryRequest, UpdateRequest, ReasonRequest, ResumeRequest,
-    ResetRequest, CompleteRequest, ScheduleRequest, Empty, BackfillRequest, SetLimitRequest, SetObjectStateRequest,
+    ResetRequest, ForkRequest, CompleteRequest, ScheduleRequest, Empty, BackfillRequest, SetLimitRequest, SetObjectStateRequest,
     ClearObjectStateRequest, PatchObjectStateRequest,
 )
 ANSWERS: tuple[type[msgspec.Struct], ...] = (

@@ -7,10 +7,12 @@ import inspect
 import ipaddress
 import os
 import sys
+from collections.abc import Sequence
 from typing import Any
 
 import fusee
 from fusee.errors import InsecureBind
+from fusee.http.guard import DEFAULT_MAX_BODY, LOOPBACK_HOSTS, check_max_body, host_names
 
 #: Where ``fusee serve`` listens unless told otherwise.
 DEFAULT_HOST = "127.0.0.1"
@@ -33,6 +35,14 @@ def check_bind(host: str, token: str | None) -> None:
         raise InsecureBind(
             f"refusing to listen on {host} without a token: anyone who reaches it could start, "
             "signal or terminate runs. Pass --token (or set FUSEE_TOKEN), or listen on 127.0.0.1")
+
+
+def served_hosts(host: str, allowed_hosts: Sequence[str] = ()) -> list[str]:
+    """The Host names ``fusee serve --host host`` answers to: the loopback names, ``host`` and
+    ``allowed_hosts`` (a wildcard address such as 0.0.0.0 is no name a client sends: the names
+    it is reached by must be given)."""
+    names = host_names([*LOOPBACK_HOSTS, host, *allowed_hosts])
+    return list(dict.fromkeys(names))
 
 
 def load_factory(spec: str) -> Any:
@@ -64,22 +74,28 @@ async def open_engine(factory: Any) -> fusee.Engine:
 
 
 async def serve(factory: Any, *, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT,
-                token: str | None = None, log_level: str = "info") -> None:
+                token: str | None = None, log_level: str = "info", allowed_hosts: Sequence[str] = (),
+                max_body: int = DEFAULT_MAX_BODY) -> None:
     """Opens the engine from ``factory`` on this loop, serves ``fusee.http.app`` until
     interrupted (SIGINT/SIGTERM), then closes the engine.
 
-    Raises :class:`fusee.errors.InsecureBind` before opening anything when
-    ``host`` is not loopback and no ``token`` is given.
+    The app answers requests whose ``Host`` is a loopback name, ``host`` or one
+    of ``allowed_hosts`` (others get 400), and takes bodies up to ``max_body``
+    bytes. Raises :class:`fusee.errors.InsecureBind` before opening anything
+    when ``host`` is not loopback and no ``token`` is given, and ValueError for
+    a bad host name or limit.
     """
     import uvicorn
 
     from fusee.http.app import app
 
     check_bind(host, token)
+    names = served_hosts(host, allowed_hosts)
+    check_max_body(max_body)
     engine = await open_engine(factory)
     try:
-        config = uvicorn.Config(app(engine, token=token), host=host, port=port, log_level=log_level,
-                                lifespan="off")
+        config = uvicorn.Config(app(engine, token=token, allowed_hosts=names, max_body=max_body), host=host,
+                                port=port, log_level=log_level, lifespan="off")
         server = uvicorn.Server(config)
         await server.serve()
         if not server.started:

@@ -45,6 +45,8 @@ STREAM_WAIT = 5.0
 STREAM_SPAN = 30.0
 #: The largest action form taken (a signal's value is in it).
 MAX_FORM = 1 << 20
+#: Where a request's form is kept once read.
+_FORM = "fusee.ui.form"
 #: The order statuses are shown in.
 STATUS_ORDER = ("running", "stuck", "ok", "failed", "cancelled", "terminated", "timed_out", "continued")
 #: The pages of the navigation; None: not available in this version.
@@ -127,11 +129,22 @@ class _UI:
 
     @staticmethod
     async def form(request: Request) -> dict[str, str]:
-        """An action's form fields (URL-encoded: the UI's forms upload no files)."""
-        body = await request.body()
-        if len(body) > MAX_FORM:
-            raise ValueError(f"the form is {len(body)} bytes: at most {MAX_FORM} are taken")
-        return dict(parse_qsl(body.decode("utf-8", "replace"), keep_blank_values=True))
+        """An action's form fields (URL-encoded: the UI's forms upload no files); ValueError for a
+        form over :data:`MAX_FORM` bytes, found before it is read whole."""
+        cached: dict[str, str] | None = request.scope.get(_FORM)
+        if cached is not None:
+            return cached
+        declared = request.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > MAX_FORM:
+            raise ValueError(f"the form is {declared} bytes: at most {MAX_FORM} are taken")
+        body = bytearray()
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > MAX_FORM:
+                raise ValueError(f"the form is over {MAX_FORM} bytes: at most {MAX_FORM} are taken")
+        fields = dict(parse_qsl(body.decode("utf-8", "replace"), keep_blank_values=True))
+        request.scope[_FORM] = fields  # read once: the body cannot be read again
+        return fields
 
     async def counts(self) -> dict[str, int]:
         m = await on_engine(self.engine, self.engine.metrics)
@@ -301,7 +314,9 @@ class _UI:
             elif what == "terminate":
                 await on_engine(engine, engine.terminate, wid, str(form.get("reason", "")), by=BY)
             elif what == "resume":
-                await on_engine(engine, engine.resume, wid, by=BY)
+                if not await on_engine(engine, self.resume, wid):
+                    return await self.run(request, error=f"resume refused: run {wid!r} has no paused step to "
+                                          "resume (resume is for steps whose retries ran out)", status_code=409)
             elif what == "reset":
                 step = str(form.get("step", "")).strip()
                 if not step:
@@ -314,6 +329,16 @@ class _UI:
             return await self.run(request, error=f"{what} refused: {e}", status_code=400)
         base = request.scope.get("root_path", "").rstrip("/")
         return RedirectResponse(f"{base}/runs/{quote(wid, safe='')}?done={what}", status_code=303)
+
+    async def resume(self, wid: str) -> bool:
+        """Resumes ``wid``'s paused steps; False (nothing done) when none is paused. Checked and
+        resumed in one turn of the engine's loop."""
+        s = self.engine.describe(wid)
+        # (A follower's view may lag its owner's: it leaves the answer to the owner.)
+        if s.ended_at is None and not s.paused_steps and self.engine.is_owner:
+            return False
+        await self.engine.resume(wid, by=BY)
+        return True
 
     async def metrics(self, request: Request) -> Response:
         return self.render(request, "metrics.html",

@@ -1,17 +1,21 @@
 """Protection of the UI's actions against cross-site requests.
 
 Every action is a POST form carrying a token that only pages of this UI
-hold (a page of another site cannot read it), and a browser's ``Origin``
-(or ``Referer``) must name the host the request was sent to.
+hold (a page of another site cannot read it, as long as the server answers
+only to its own ``Host``: ``fusee.http.app`` checks it, an app mounting the
+UI should too), and the browser must not say the request comes from another
+site (``Sec-Fetch-Site``, ``Origin``, else ``Referer``: the checks of
+:func:`fusee.http.guard.cross_site`).
 """
 
 from __future__ import annotations
 
 import hmac
 import secrets
-from urllib.parse import urlsplit
 
 from starlette.requests import Request
+
+from fusee.http.guard import cross_site
 
 FIELD = "csrf"
 
@@ -26,8 +30,4 @@ class CsrfGuard:
         """Why the request is refused, or None when it may act."""
         if not isinstance(form_token, str) or not hmac.compare_digest(form_token, self.token):
             return "the form's CSRF token is missing or stale: reload the page and try again"
-        host = request.headers.get("host", "")
-        origin = request.headers.get("origin") or request.headers.get("referer")
-        if origin and origin != "null" and urlsplit(origin).netloc != host:
-            return f"cross-origin request refused (origin {origin!r}, host {host!r})"
-        return None
+        return cross_site(request.scope)

@@ -118,7 +118,7 @@ class FlowPages:
         refused = await self.refusal(request)
         if refused is not None:
             return refused
-        form = await self.ui.form(request)  # read already: the body is cached
+        form = await self.ui.form(request)  # read already: the fields are kept
         try:
             changes = {"concurrency": _bound(form.get("concurrency", ""), "concurrency", int),
                        "per_second": _bound(form.get("per_second", ""), "per second", float)}
@@ -163,7 +163,7 @@ def routes(ui: _UI) -> list[BaseRoute]:
         Route("/schedules", guard(pages.schedules), name="ui-schedules"),
         Route("/schedules/action/{action}/{sid:path}", guard(pages.schedule_action), methods=["POST"]),
         Route("/limits", guard(pages.limits), name="ui-limits"),
-        Route("/limits/resize/{name}", guard(pages.resize), methods=["POST"]),
+        Route("/limits/resize/{name:path}", guard(pages.resize), methods=["POST"]),
     ]
 
 

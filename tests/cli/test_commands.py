@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import shutil
@@ -201,12 +202,19 @@ def free_port() -> int:
 @pytest.fixture
 def served(tmp_path: Path) -> Iterator[tuple[str, str]]:
     """``fusee serve ops_app:make_engine`` with a token, as a subprocess: (url, token)."""
+    with serving(tmp_path) as url_token:
+        yield url_token
+
+
+@contextlib.contextmanager
+def serving(tmp_path: Path, *options: str) -> Iterator[tuple[str, str]]:
+    """``fusee serve ops_app:make_engine --token ... *options`` until the block ends: (url, token)."""
     port = free_port()
     token = "s3cret-token"
     env = {**os.environ, "OPS_DIR": str(tmp_path / "served")}
     env.pop("FUSEE_TOKEN", None)
     proc = subprocess.Popen([FUSEE, "serve", "ops_app:make_engine", "--port", str(port), "--token", token,
-                             "--log-level", "warning"], cwd=APP_DIR, env=env,
+                             "--log-level", "warning", *options], cwd=APP_DIR, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     url = f"http://127.0.0.1:{port}"
     try:
@@ -288,6 +296,10 @@ def test_url_target_against_fusee_serve(served: tuple[str, str]) -> None:
         time.sleep(0.05)
     p = fusee_cmd("reset", "p-1", "--before-step", "call", "--by", "ops", *auth)
     assert p.returncode == 0, p.stderr
+    deadline = time.monotonic() + 60
+    while status("p-1")["summary"]["paused_steps"] != ["call"]:  # the new run's retries run out again
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
     p = fusee_cmd("resume", "p-1", *auth)
     assert p.returncode == 0, p.stderr
 
@@ -350,3 +362,140 @@ def test_a_stream_is_followed_live_as_server_sent_events(served: tuple[str, str]
                 break
     assert events[1] == 'id: 2\nevent: chunk\ndata: "approved"'
     assert events[2] == 'event: end\ndata: {"offset": 2}'
+
+
+def _failed_run(path: Path) -> None:
+    """A directory holding a run that failed with ops_app.LONG_ERROR."""
+
+    async def setup() -> None:
+        async with fusee.Engine.open(path, workflows=ops_app.WORKFLOWS, segment_bytes=1 << 20) as engine:
+            run = await engine.start(ops_app.broken, "b-1")
+            with pytest.raises(fusee.WorkflowFailed):
+                await run.result()
+
+    asyncio.run(setup())
+
+
+def test_show_and_import_print_whole_errors_when_piped(tmp_path: Path) -> None:
+    d = tmp_path / "e"
+    _failed_run(d)
+    p = fusee_cmd("show", str(d), "b-1")
+    assert p.returncode == 0, p.stderr
+    assert f"error: ConnectionError: {ops_app.LONG_ERROR}" in p.stdout  # on one line, whole
+    out = tmp_path / "b-1.fjnl"
+    assert fusee_cmd("export", str(d), "b-1", str(out)).returncode == 0
+    p = fusee_cmd("import", str(out))
+    assert p.returncode == 0, p.stderr
+    assert f"error: ConnectionError: {ops_app.LONG_ERROR}" in p.stdout
+    assert "…" not in p.stdout
+
+
+def test_offline_metrics_say_what_only_the_running_engine_knows(tmp_path: Path) -> None:
+    d = tmp_path / "e"
+    make_directory(d)
+    p = fusee_cmd("metrics", str(d))
+    assert p.returncode == 0, p.stderr
+    figures = {line[:17].strip(): line[17:].strip() for line in p.stdout.splitlines()}
+    assert figures["shard 0"].startswith("ok=1 running=1")
+    assert "loaded n/a, parked n/a" in figures["shard 0"]
+    for counter in ("steps run", "steps executing", "flushes", "records flushed", "flush p50 ms"):
+        assert figures[counter] == "n/a", p.stdout
+    assert figures["indexed"] == "2"  # known from the log
+    m = json.loads(fusee_cmd("metrics", str(d), "--json").stdout)
+    assert m["steps_run"] is None and m["flushes"] is None and m["stats"] is None
+    assert m["shards"][0]["runs"] == {"ok": 1, "running": 1} and m["shards"][0]["durable_lsn"] > 0
+
+
+def test_errors_name_no_python_internals(tmp_path: Path) -> None:
+    line = one_line_error(fusee_cmd("serve", "ops_app", cwd=APP_DIR))
+    assert "ValueError" not in line and "module:function" in line
+    d = tmp_path / "e"
+    make_directory(d)
+    out = tmp_path / "o.fjnl"
+    assert fusee_cmd("export", str(d), "o-2", str(out)).returncode == 0
+    line = one_line_error(fusee_cmd("import", str(out), "--replay", "no_such_app:WORKFLOWS", cwd=tmp_path))
+    assert "ModuleNotFoundError" not in line and "no module named 'no_such_app'" in line
+    assert "PYTHONPATH" in line
+
+
+def test_resume_with_nothing_paused_fails(served: tuple[str, str]) -> None:
+    url, token = served
+    auth = ("--url", url, "--token", token)
+    assert fusee_cmd("start", "order", "o-1", "acme", *auth).returncode == 0
+    line = one_line_error(fusee_cmd("resume", "o-1", *auth))
+    assert "no paused step" in line
+
+
+def test_ids_that_look_like_paths_are_reached_by_every_command(served: tuple[str, str], tmp_path: Path) -> None:
+    url, token = served
+    auth = ("--url", url, "--token", token)
+    for wid in ("x/journal", "y/signal", "z/export"):
+        p = fusee_cmd("start", "order", wid, "acme", *auth)
+        assert p.returncode == 0, p.stderr
+        deadline = time.monotonic() + 60
+        while True:
+            p = fusee_cmd("show", wid, "--json", *auth)
+            assert p.returncode == 0, p.stderr
+            shown = json.loads(p.stdout)
+            assert shown["summary"]["workflow_id"] == wid
+            if any(e["kind"] == "wait" for e in shown["timeline"]):
+                break
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        p = fusee_cmd("signal", wid, "approve", "true", *auth)
+        assert p.returncode == 0, p.stderr
+        deadline = time.monotonic() + 60
+        while json.loads(fusee_cmd("show", wid, "--json", *auth).stdout)["summary"]["status"] != "ok":
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        records = json.loads(fusee_cmd("journal", wid, *auth).stdout)
+        assert records[0]["kind"] == "Start" and records[-1]["kind"] == "Done"
+        out = tmp_path / "run.fjnl"
+        p = fusee_cmd("export", wid, str(out), *auth)
+        assert p.returncode == 0, p.stderr
+        assert json.loads(fusee_cmd("import", str(out), "--json").stdout)["timeline"][-1]["result"] == "shipped"
+
+
+def test_fork_from_the_command_line(served: tuple[str, str]) -> None:
+    url, token = served
+    auth = ("--url", url, "--token", token)
+    assert fusee_cmd("start", "order", "o-1", "acme", *auth).returncode == 0
+    deadline = time.monotonic() + 60
+    while not any(e["kind"] == "wait" for e in json.loads(fusee_cmd("show", "o-1", "--json", *auth).stdout)["timeline"]):
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    p = fusee_cmd("fork", "o-1", "o-1-copy", "--before-step", "reserve", "--by", "ops", *auth)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.startswith("o-1-copy forked from o-1")
+    runs = {s["workflow_id"]: s["status"] for s in json.loads(fusee_cmd("runs", *auth, "--json").stdout)["items"]}
+    assert runs == {"o-1": "running", "o-1-copy": "running"}
+    line = one_line_error(fusee_cmd("fork", "o-1", "o-1-copy", "--before-step", "reserve", *auth))
+    assert "exists" in line or "already" in line
+
+
+def test_serve_answers_only_its_host_names_and_takes_bodies_up_to_its_limit(tmp_path: Path) -> None:
+    with serving(tmp_path, "--allowed-host", "fusee.internal", "--max-body", "2000") as (url, token):
+        auth = {"Authorization": f"Bearer {token}"}
+        port = url.rsplit(":", 1)[1]
+        assert httpx.get(f"{url}/api/runs", headers=auth).status_code == 200
+        r = httpx.get(f"{url}/api/runs", headers={**auth, "Host": f"fusee.internal:{port}"})
+        assert r.status_code == 200
+        r = httpx.get(f"{url}/ui/", headers={**auth, "Host": f"evil.example:{port}"})
+        assert r.status_code == 400 and "csrf" not in r.text
+        r = httpx.post(f"{url}/api/runs", headers=auth,
+                       json={"workflow": "order", "workflow_id": "o-1", "input": "x" * 3000})
+        assert r.status_code == 413 and r.json()["error"]["type"] == "RequestTooLarge"
+        r = httpx.post(f"{url}/api/runs", headers={**auth, "Origin": "http://evil.example"},
+                       json={"workflow": "order", "workflow_id": "o-1", "input": "acme"})
+        assert r.status_code == 403
+        # The CLI sends JSON, and no Origin: it is let through.
+        p = fusee_cmd("start", "order", "o-1", "acme", "--url", url, "--token", token)
+        assert p.returncode == 0, p.stderr
+        p = fusee_cmd("runs", "--url", f"http://localhost:{port}", "--token", token, "--json")
+        assert [s["workflow_id"] for s in json.loads(p.stdout)["items"]] == ["o-1"]
+
+
+def test_serve_on_every_address_says_which_names_it_answers(tmp_path: Path) -> None:
+    p = fusee_cmd("serve", "no_such_module:make", "--host", "0.0.0.0", "--token", "t", cwd=tmp_path)
+    assert p.returncode == 1
+    assert "--allowed-host" in p.stderr and "127.0.0.1" in p.stderr

@@ -70,6 +70,21 @@ async def pauser(ctx: fusee.Ctx) -> str:
                                                             pause_when_exhausted=True))
 
 
+#: What the broken workflow's step raises: longer than any terminal is wide.
+LONG_ERROR = ("the inventory service answered 503 Service Unavailable for SKU 1234567890 in warehouse "
+              "berlin-east while reserving 17 units for order o-17; its status page says the database "
+              "failover is in progress and asks clients to retry in a few minutes, or call the on-call number")
+
+
+def _unavailable() -> str:
+    raise ConnectionError(LONG_ERROR)
+
+
+@fusee.workflow("broken")
+async def broken(ctx: fusee.Ctx) -> str:
+    return await ctx.step("reserve", _unavailable, retry=fusee.Retry(attempts=1))
+
+
 @fusee.workflow("tick")
 async def tick(ctx: fusee.Ctx, n: int) -> int:
     """What the operator tests' schedules run."""
@@ -91,7 +106,7 @@ async def add(ctx: fusee.ObjectCtx, item: str) -> int:
     return len(state.items) + 1
 
 
-WORKFLOWS: list[Any] = [order, approval, pauser, tick, cart]
+WORKFLOWS: list[Any] = [order, approval, pauser, broken, tick, cart]
 #: The step limits the operator's tools list and resize.
 LIMITS = [fusee.Limit("payments", concurrency=2, per_second=10.0)]
 

@@ -34,7 +34,7 @@ async def engine(tmp_path: Path) -> AsyncIterator[fusee.Engine]:
 
 def client(engine: fusee.Engine, token: str | None = None, **kw: Any) -> httpx.AsyncClient:
     return httpx.AsyncClient(transport=httpx.ASGITransport(app=app(engine, token=token)),
-                             base_url="http://fusee.test", **kw)
+                             base_url="http://127.0.0.1:8233", **kw)
 
 
 def check_schema(answer: Any, name: str) -> None:
@@ -238,7 +238,7 @@ async def test_bad_requests_name_the_field_and_record_nothing(
 
 async def test_a_body_that_is_not_json_is_refused(engine: fusee.Engine) -> None:
     async with client(engine) as c:
-        r = await c.post("/api/runs", content=b"{not json")
+        r = await c.post("/api/runs", content=b"{not json", headers={"Content-Type": "application/json"})
     assert r.status_code == 400 and r.json()["error"]["field"] == "body"
 
 

@@ -52,13 +52,13 @@ async def test_list_pause_unpause_trigger_backfill_delete_a_schedule(engine: fus
         assert (s["schedule_id"], s["workflow"], s["every"], s["paused"]) == ("hourly", "tick", 3600.0, True)
         assert s["next_time"].endswith("Z")
 
-        r = await c.post("/api/schedules/hourly/unpause")
+        r = await c.post("/api/schedules/hourly/unpause", json={})
         assert r.status_code == 200, r.text
         check_schema(r.json(), "Schedule")
         assert r.json()["paused"] is False
-        assert (await c.post("/api/schedules/hourly/pause")).json()["paused"] is True
+        assert (await c.post("/api/schedules/hourly/pause", json={})).json()["paused"] is True
 
-        r = await c.post("/api/schedules/hourly/trigger")
+        r = await c.post("/api/schedules/hourly/trigger", json={})
         assert r.status_code == 200, r.text
         await until(lambda: any(x.workflow_id.startswith("hourly@") and x.status == "ok"
                                 for x in engine.runs()))
@@ -70,11 +70,11 @@ async def test_list_pause_unpause_trigger_backfill_delete_a_schedule(engine: fus
         await until(lambda: want <= {x.workflow_id for x in engine.runs() if x.status == "ok"})
         assert (await c.get("/api/schedules/hourly")).json()["fired"] == 4
 
-        r = await c.post("/api/schedules/hourly/delete")
+        r = await c.post("/api/schedules/hourly/delete", json={})
         assert r.status_code == 200, r.text
         await until(lambda: not list(engine.schedules()))
         assert (await c.get("/api/schedules")).json() == {"schedules": []}
-        assert (await c.post("/api/schedules/hourly/pause")).status_code == 404
+        assert (await c.post("/api/schedules/hourly/pause", json={})).status_code == 404
 
 
 @pytest.mark.parametrize(("path", "body", "status", "field"), [
@@ -85,8 +85,8 @@ async def test_list_pause_unpause_trigger_backfill_delete_a_schedule(engine: fus
      400, "end"),
     ("/api/schedules/hourly/backfill", {"start": "2026-01-01T00:00:00Z"}, 400, "end"),
     ("/api/schedules/hourly/pause", {"now": True}, 400, "now"),
-    ("/api/schedules/hourly/explode", None, 404, "path"),
-    ("/api/schedules/nope/trigger", None, 404, None),
+    ("/api/schedules/hourly/explode", {}, 404, "path"),
+    ("/api/schedules/nope/trigger", {}, 404, None),
     ("/api/limits/payments", {"concurrency": 0}, 400, "concurrency"),
     ("/api/limits/payments", {"concurrency": "many"}, 400, "concurrency"),
     ("/api/limits/payments", {"per_second": -1}, 400, "per_second"),
@@ -178,7 +178,7 @@ async def test_bad_object_edits_name_the_field_and_change_nothing(
 async def test_the_token_guards_the_new_endpoints(engine: fusee.Engine) -> None:
     await _scheduled(engine)
     async with client(engine, token="s3cret") as c:
-        for r in [await c.get("/api/schedules"), await c.post("/api/schedules/hourly/trigger"),
+        for r in [await c.get("/api/schedules"), await c.post("/api/schedules/hourly/trigger", json={}),
                   await c.get("/api/limits"), await c.post("/api/limits/payments", json={"concurrency": 9}),
                   await c.get("/api/objects/cart/k/state")]:
             assert r.status_code == 401

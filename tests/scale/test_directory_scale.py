@@ -402,7 +402,7 @@ def test_the_http_api_serves_from_a_follower(tmp_path: Path) -> None:
             async with fusee.Engine.open(tmp_path, workflows=[boom, ok, counter, tally]) as engine:
                 assert not engine.is_owner
                 async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app(engine)),
-                                             base_url="http://t") as http:
+                                             base_url="http://127.0.0.1") as http:
                     r = await http.post("/api/runs", json={"workflow": "ok", "workflow_id": "h-1"})
                     assert r.status_code in (200, 201), r.text
                     assert await engine.get("h-1").result() == "fine"

@@ -16,7 +16,8 @@ def test_runs_page_filter_open_run_signal_and_see_it_finish() -> None:
     from selenium.webdriver.support import expected_conditions as ec
     from selenium.webdriver.support.ui import Select, WebDriverWait
 
-    with Served(populate) as served, browser.chromium() as driver:
+    # Served as ``fusee serve`` serves it: the browser's own Host, Origin and Sec-Fetch-Site pass.
+    with Served(populate, full=True) as served, browser.chromium() as driver:
         d: Any = driver
         wait = WebDriverWait(d, TIMEOUT)
 

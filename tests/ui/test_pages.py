@@ -293,3 +293,82 @@ async def test_a_closed_engine_gets_a_clear_page_not_a_server_error() -> None:
     # ...a journal cannot be read any more: a page that says why, not a server error.
     status, page = await _asgi_get(app, "/ui/runs/o-1")
     assert status == 503 and "the engine is closed: open it again" in page
+
+
+def test_actions_from_a_sandboxed_frame_or_another_site_are_refused() -> None:
+    """The UI mounted on its own: a page of another site cannot read the token, but a browser
+    that says the request is cross-site (Sec-Fetch-Site) or from a sandboxed frame
+    (Origin: null) is refused even so."""
+    with Served(populate) as served:
+        before = journal(served, "order-1")
+        url = f"{served.url}/action/signal/order-1"
+        fields = {"name": "approve", "value": "true", "csrf": token(served)}
+        host = served.url.split("/")[2]
+        for headers in ({"Origin": "null"}, {"Sec-Fetch-Site": "cross-site"},
+                        {"Origin": f"http://{host}", "Sec-Fetch-Site": "same-site"}):
+            status, body, _ = post(url, fields, headers)
+            assert status == 403 and "cross-origin" in body, (headers, body)
+        assert journal(served, "order-1") == before
+        status, _, _ = post(url, fields, {"Origin": f"http://{host}", "Sec-Fetch-Site": "same-origin"})
+        assert status == 303
+
+
+def test_resume_with_nothing_paused_says_so_and_records_nothing() -> None:
+    with Served(populate) as served:
+        before = journal(served, "order-1")
+        status, body, _ = post(f"{served.url}/action/resume/order-1", {"csrf": token(served)})
+        assert status == 409, body
+        assert "resume refused" in body and "no paused step" in body
+        assert "Paused steps resumed" not in body
+        assert journal(served, "order-1") == before
+
+
+async def test_a_form_over_the_limit_is_refused_before_it_is_read_whole() -> None:
+    """The UI mounted on its own: a form's Content-Length over MAX_FORM is refused unread, and a
+    chunked one once it passes the limit."""
+    import httpx
+    from starlette.applications import Starlette
+    from starlette.routing import Mount
+
+    import fusee.ui
+    from fusee.ui.app import MAX_FORM
+
+    async with fusee.Engine.open(workflows=[order]) as engine:
+        await engine.start(order, "o-1", "acme")
+        await waiting_for_signal(engine, "o-1")
+        before = await engine.journal("o-1")
+        app = Starlette(routes=[Mount("/ui", routes=fusee.ui.routes(engine))])
+        sent = [0]
+
+        async def body() -> Any:
+            while sent[0] < 8 * MAX_FORM:
+                sent[0] += 1 << 16
+                yield b"x" * (1 << 16)
+
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1") as c:
+            for declared in (True, False):
+                sent[0] = 0
+                headers = {"Content-Type": "application/x-www-form-urlencoded"}
+                if declared:
+                    headers["Content-Length"] = str(8 * MAX_FORM)
+                r = await c.post("/ui/action/signal/o-1", content=body(), headers=headers)
+                assert r.status_code == 413 and "at most" in r.text
+                assert sent[0] <= (1 << 16 if declared else MAX_FORM + (1 << 16))
+        assert await engine.journal("o-1") == before
+
+
+def test_a_browsers_same_origin_form_passes_the_apps_checks() -> None:
+    """Served as ``fusee serve`` serves it, over a real socket: what a browser sends for the UI's
+    own form passes; the same form under another Host, or from another site, does not."""
+    with Served(populate, full=True) as served:
+        host = served.url.split("/")[2]
+        fields = {"name": "approve", "value": "true", "csrf": token(served)}
+        url = f"{served.url}/action/signal/order-1"
+        before = journal(served, "order-1")
+        status, _, _ = post(url, fields, {"Host": f"evil.example:{host.split(':')[1]}"})
+        assert status == 400
+        status, body, _ = post(url, fields, {"Origin": "http://evil.example", "Sec-Fetch-Site": "cross-site"})
+        assert status == 403 and "cross-origin" in body
+        assert journal(served, "order-1") == before
+        status, body, location = post(url, fields, {"Origin": f"http://{host}", "Sec-Fetch-Site": "same-origin"})
+        assert status == 303 and location == "/ui/runs/order-1?done=signal", body

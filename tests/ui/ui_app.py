@@ -17,6 +17,7 @@ from starlette.applications import Starlette
 from starlette.routing import Mount
 
 import fusee
+import fusee.http
 import fusee.ui
 from fusee.core import records as rec
 from fusee.ui.app import on_engine
@@ -113,11 +114,14 @@ LIMITS = [fusee.Limit("payments", concurrency=2, per_second=50.0), fusee.Limit("
 
 
 class Served:
-    """An engine and the UI mounted at /ui, served on 127.0.0.1 from a background thread."""
+    """An engine and the UI mounted at /ui, served on 127.0.0.1 from a background thread; with
+    ``full``, in ``fusee.http.app`` (as ``fusee serve`` serves it: Host and Origin checked)."""
 
-    def __init__(self, setup: Callable[[fusee.Engine], Awaitable[Any]], path: str | None = None) -> None:
+    def __init__(self, setup: Callable[[fusee.Engine], Awaitable[Any]], path: str | None = None,
+                 full: bool = False) -> None:
         self.setup = setup
         self.path = path
+        self.full = full
         self.sock = socket.socket()
         self.sock.bind(("127.0.0.1", 0))
         self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}/ui"
@@ -156,7 +160,8 @@ class Served:
             self.engine = engine
             self.loop = asyncio.get_running_loop()
             await self.setup(engine)
-            app = Starlette(routes=[Mount("/ui", routes=fusee.ui.routes(engine))])
+            app: Any = (fusee.http.app(engine) if self.full
+                        else Starlette(routes=[Mount("/ui", routes=fusee.ui.routes(engine))]))
             config = uvicorn.Config(app, log_level="warning", lifespan="off", timeout_graceful_shutdown=2)
             self.server = uvicorn.Server(config)
             self.sock.listen(64)
