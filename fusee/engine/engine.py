@@ -25,7 +25,7 @@ from fusee.core import records as rec
 from fusee.definitions import QueryDef, SignalDef, UpdateDef, WorkflowDef
 from fusee.durations import to_ms
 from fusee.encryption import Codec, check_codec
-from fusee.engine import periodic, visibility
+from fusee.engine import periodic, signals, visibility
 from fusee.engine.limit_api import LimitCalls
 from fusee.engine.object_api import ObjectCalls
 from fusee.engine.traced import traced
@@ -933,16 +933,34 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
 
         Signals wait in the run until its code waits for them, and are taken
         in arrival order. A signal with a ``dedup_key`` the run has already
-        received is dropped (the call still succeeds).
+        received is dropped (the call still succeeds), also once the run has
+        ended: a retry of a call whose first try landed answers as that try did.
+
+        The value is checked before anything is recorded: against ``signal``'s
+        type, or, for a signal without one (``fusee.SignalDef(name)``, as HTTP,
+        the CLI, the UI and followers send it), against the type the run waits
+        for it with or the ``fusee.signal(name, type)`` declarations of this
+        process (:class:`SerializationError`); an untyped name known to neither
+        raises :class:`fusee.UnknownSignal`. See ``fusee.engine.signals``.
         """
         self._check_open()
         if not isinstance(signal, SignalDef):
             raise TypeError(f"signal takes a signal made with fusee.signal(...), got {signal!r}")
         wid = self._check_id(workflow_id)
-        payload = codec.encode_signal(signal, value)
+        typed = not codec.is_undeclared(signal.type)
+        payload = codec.encode_signal(signal, value) if typed else b""
         key = _dedup(dedup_key)
+        who = _by(by)
         st = self._rt.current(wid)
-        lsn = self._rt.signal(wid, signal.name, payload, key, _by(by))
+        if key and not st.running:
+            first = self._rt.ended_resend(st, key)
+            if first is not None:
+                await self._durable(st.shard, first)
+                return
+        run = self._rt.running_run(wid)
+        if not typed:
+            payload = signals.payload(run, signal, value)
+        lsn = self._rt.signal(wid, signal.name, payload, key, who)
         await self._durable(st.shard, lsn)
 
     async def query(self, workflow_id: str, query: QueryDef[Q], arg: Any = None) -> Q:
@@ -1128,12 +1146,20 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
         """Requests cancellation; returns once the request is durable.
 
         The run's pending operations raise :class:`fusee.Cancelled`; its code
-        may catch it and compensate.
+        may catch it and compensate. A cancel of a run that ended after a
+        cancellation was recorded (a client's retry) answers as the first did;
+        of a run that ended otherwise, it raises :class:`fusee.WorkflowEnded`.
         """
         self._check_open()
         wid = self._check_id(workflow_id)
+        who = _by(by)
         st = self._rt.current(wid)
-        lsn = self._rt.cancel(wid, str(reason), _by(by))
+        if not st.running:
+            first = self._rt.ended_resend(st, None)
+            if first is not None:
+                await self._durable(st.shard, first)
+                return
+        lsn = self._rt.cancel(wid, str(reason), who)
         await self._durable(st.shard, lsn)
 
     async def terminate(self, workflow_id: str, reason: str = "", *, by: str | None = None) -> None:

@@ -259,6 +259,9 @@ def test_url_target_against_fusee_serve(served: tuple[str, str]) -> None:
     p = fusee_cmd("query", "o-1", "state", *auth)
     assert json.loads(p.stdout) == "reserved"
 
+    # A value of the wrong type and a misspelled name are refused, and record nothing (the audit below).
+    assert "bool" in one_line_error(fusee_cmd("signal", "o-1", "approve", "yes", *auth))
+    assert "'approve'" in one_line_error(fusee_cmd("signal", "o-1", "aprove", "true", *auth))
     p = fusee_cmd("signal", "o-1", "approve", "true", "--by", "ada", *auth)
     assert p.returncode == 0, p.stderr
     deadline = time.monotonic() + 60
