@@ -710,7 +710,9 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
             ) from e
 
     def _fail_waiters(self, cause: BaseException | None) -> None:
-        """Wakes every ``result()`` and ``update()`` waiter with EngineClosed: nothing more becomes durable."""
+        """Wakes every ``result()`` and ``update()`` waiter with EngineClosed, and every waiting stream
+        reader (which then raises it): nothing more becomes durable."""
+        self._rt.wake_stream_readers()
         why = "was closed" if cause is None else f"log failed ({cause})"
         for st in self._rt.wf.values():
             waiters: list[asyncio.Future[Any]] = list(st.waiters or ())
@@ -1274,7 +1276,9 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
         With ``wait``, waits up to that long for a first chunk (long polling).
         A reader never sees a chunk change or an offset skipped, and may
         reconnect at any offset. ``ended`` is true once the stream (or the run)
-        ended and every chunk before the end was returned.
+        ended and every chunk before the end was returned. A reader waiting
+        when the engine closes or its log fails raises :class:`fusee.EngineClosed`
+        at once (chunks that were durable before are returned first).
         """
         chunks, nxt, ended, _ = await self._read_stream(workflow_id, name, offset, wait, None)
         return chunks, nxt, ended
@@ -1298,8 +1302,10 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
                 journal, lsns, self._rt.durable(st.shard), name, offset, start)
             hint = (st.run_id, at)
             left = deadline - loop.time()
-            if chunks or ended or left <= 0 or self._closed:
+            if chunks or ended or left <= 0:
                 return chunks, nxt, ended, hint
+            # Closed or the log failed (also while this reader waited): nothing more will come.
+            self._check_open()
             await self._rt.stream_changed(left)
 
     async def read_stream(self, workflow_id: str, name: str, offset: int = 0) -> AsyncIterator[Any]:

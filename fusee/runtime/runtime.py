@@ -1031,6 +1031,11 @@ class Runtime:
     def on_durable(self, durable: list[int]) -> None:
         """The committer made more of the log durable."""
         self.steps.on_durable(durable)
+        self.wake_stream_readers()
+
+    def wake_stream_readers(self) -> None:
+        """Wakes every stream reader waiting in :meth:`stream_changed` (more is durable, or
+        nothing more will be: the log failed or the engine closed; each reader looks again)."""
         if self.stream_readers:
             readers, self.stream_readers = self.stream_readers, []
             for fut in readers:
