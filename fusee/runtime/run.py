@@ -733,7 +733,7 @@ class Run:
     def _decodes(self, seq: int, ordinal: int, payload: bytes) -> bool:
         """Wait ``seq``'s type decodes signal ``ordinal``; reports it (once) when not."""
         op = self.ops.get(seq)
-        if op is None or codec.is_undeclared(op.type):
+        if op is None or codec.is_undeclared(op.type) or sabotage.active.undecodable_signal_taken:
             return True
         if (seq, ordinal) in self.passed_over:
             return False
