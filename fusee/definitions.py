@@ -62,8 +62,40 @@ def signal(name: str, type: Any) -> SignalDef[Any]: ...
 
 def signal(name: str, type: Any = Any) -> SignalDef[Any]:
     """Declares a signal: ``approve = fusee.signal("approve", int)`` is a ``SignalDef[int]``,
-    and type checkers check the values sent with it."""
-    return SignalDef(_check_name("signal", name), type)
+    and type checkers check the values sent with it.
+
+    The declaration is also remembered by name in this process: a signal sent by name
+    only (over HTTP, from the CLI or the UI, routed from another process) is checked
+    against it (see :func:`declared_signal_types`).
+    """
+    sig: SignalDef[Any] = SignalDef(_check_name("signal", name), type)
+    known = _DECLARED.setdefault(sig.name, [])
+    if not any(t is type or _same(t, type) for t in known):
+        known.append(type)
+    return sig
+
+
+#: Every signal type declared with :func:`signal` in this process, by name, in declaration
+#: order. Only ``fusee.signal(...)`` adds to it: ``SignalDef(name)``, which callers that know
+#: only a name build, declares nothing.
+_DECLARED: dict[str, list[Any]] = {}
+
+
+def _same(a: Any, b: Any) -> bool:
+    try:
+        return bool(a == b)
+    except Exception:  # an annotation whose == misbehaves is a different one
+        return False
+
+
+def declared_signal_types(name: str) -> tuple[Any, ...]:
+    """The types ``fusee.signal(name, ...)`` was declared with in this process (empty: none)."""
+    return tuple(_DECLARED.get(name, ()))
+
+
+def declared_signal_names() -> list[str]:
+    """The names of the signals declared with ``fusee.signal(...)`` in this process, sorted."""
+    return sorted(_DECLARED)
 
 
 @typing.overload

@@ -283,6 +283,21 @@ class UnknownWorkflow(FuseeError):
     """No workflow of that name is registered with the engine."""
 
 
+class UnknownSignal(FuseeError, ValueError):
+    """A signal sent by name (HTTP, CLI, UI, another process) that its run neither waits for nor
+    any ``fusee.signal(...)`` of the engine's process declares; nothing was recorded.
+
+    ``name`` is the name sent, ``workflow_id`` the run's ID and ``known`` the signal names
+    that would have been accepted (the run's waits and the process's declarations).
+    """
+
+    def __init__(self, workflow_id: str, name: str, known: list[str], message: str) -> None:
+        self.workflow_id = workflow_id
+        self.name = name
+        self.known = known
+        super().__init__(message)
+
+
 class WorkflowFailed(FuseeError):
     """A workflow run ended without a result (failed, timed out, terminated...).
 

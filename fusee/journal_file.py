@@ -14,6 +14,7 @@ values, so two runs that did the same thing compare equal.
 from __future__ import annotations
 
 import base64
+import datetime
 import enum
 import os
 import struct
@@ -64,13 +65,34 @@ def loads(data: bytes, where: str = "journal") -> list[rec.Record]:
         pos += _LEN.size
         if pos + n > len(body):
             raise CorruptRecord(f"{where}: record {i} runs past the end", path=where, offset=pos)
-        out.append(rec.decode(body[pos:pos + n]))
+        r = rec.decode(body[pos:pos + n])
+        _check_times(r, i, where)
+        out.append(r)
         pos += n
     if pos != len(body):
         raise CorruptRecord(f"{where}: bytes after the last record", path=where, offset=pos)
     if not out or not isinstance(out[0], rec.Start):
         raise CorruptRecord(f"{where}: a journal begins with its Start record")
     return out
+
+
+#: Record fields holding a time (UTC milliseconds; 0: none), and the range a datetime can show.
+_TIME_FIELDS = ("started_ms", "finished_ms", "fire_at_ms", "deadline_ms", "retry_at_ms")
+_MIN_MS = int(datetime.datetime(1, 1, 1, tzinfo=datetime.UTC).timestamp() * 1000)
+_MAX_MS = int(datetime.datetime(9999, 12, 31, 23, 59, 59, tzinfo=datetime.UTC).timestamp() * 1000)
+
+
+def _check_times(r: rec.Record, i: int, where: str) -> None:
+    """A record's times are times: a checksum only says the file is as its writer made it,
+    and a time no datetime holds would fail every reader of the journal later, naming nothing."""
+    for field in _TIME_FIELDS:
+        value = getattr(r, field, 0)
+        if not value or (field == "retry_at_ms" and value == rec.PAUSED) or _MIN_MS <= value <= _MAX_MS:
+            continue
+        raise CorruptRecord(
+            f"{where}: record {i} ({type(r).__name__}) holds {field}={value}, which is no time "
+            "(years 1 to 9999 in UTC milliseconds): the file was not written by Fusee's export, or was "
+            "altered and its checksum made again")
 
 
 def write(path: str | os.PathLike[str], journal: list[rec.Record]) -> None:

@@ -35,6 +35,11 @@ class Sabotage:
     resume_unreported_progress: bool = False
     #: ``reset`` delivers the signals that arrived after the cut twice.
     reapply_signal_twice: bool = False
+    #: A signal sent by name only (HTTP, CLI, UI, a follower) is journaled without checking its
+    #: name or its value's type (as before issue 22).
+    signal_by_name_unchecked: bool = False
+    #: A wait takes a journaled signal its type cannot decode (the run fails at wait_for).
+    undecodable_signal_taken: bool = False
     #: A synchronous step function that blocked the event loop keeps running on it.
     inline_never_demoted: bool = False
     #: A step function lent the loop's thread starts without handing what is pending to the disk.

@@ -25,7 +25,7 @@ from fusee.core import records as rec
 from fusee.definitions import QueryDef, SignalDef, UpdateDef, WorkflowDef
 from fusee.durations import to_ms
 from fusee.encryption import Codec, check_codec
-from fusee.engine import periodic, visibility
+from fusee.engine import periodic, signals, visibility
 from fusee.engine.limit_api import LimitCalls
 from fusee.engine.object_api import ObjectCalls
 from fusee.engine.traced import traced
@@ -712,7 +712,9 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
             ) from e
 
     def _fail_waiters(self, cause: BaseException | None) -> None:
-        """Wakes every ``result()`` and ``update()`` waiter with EngineClosed: nothing more becomes durable."""
+        """Wakes every ``result()`` and ``update()`` waiter with EngineClosed, and every waiting stream
+        reader (which then raises it): nothing more becomes durable."""
+        self._rt.wake_stream_readers()
         why = "was closed" if cause is None else f"log failed ({cause})"
         for st in self._rt.wf.values():
             waiters: list[asyncio.Future[Any]] = list(st.waiters or ())
@@ -935,16 +937,34 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
 
         Signals wait in the run until its code waits for them, and are taken
         in arrival order. A signal with a ``dedup_key`` the run has already
-        received is dropped (the call still succeeds).
+        received is dropped (the call still succeeds), also once the run has
+        ended: a retry of a call whose first try landed answers as that try did.
+
+        The value is checked before anything is recorded: against ``signal``'s
+        type, or, for a signal without one (``fusee.SignalDef(name)``, as HTTP,
+        the CLI, the UI and followers send it), against the type the run waits
+        for it with or the ``fusee.signal(name, type)`` declarations of this
+        process (:class:`SerializationError`); an untyped name known to neither
+        raises :class:`fusee.UnknownSignal`. See ``fusee.engine.signals``.
         """
         self._check_open()
         if not isinstance(signal, SignalDef):
             raise TypeError(f"signal takes a signal made with fusee.signal(...), got {signal!r}")
         wid = self._check_id(workflow_id)
-        payload = codec.encode_signal(signal, value)
+        typed = not codec.is_undeclared(signal.type)
+        payload = codec.encode_signal(signal, value) if typed else b""
         key = _dedup(dedup_key)
+        who = _by(by)
         st = self._rt.current(wid)
-        lsn = self._rt.signal(wid, signal.name, payload, key, _by(by))
+        if key and not st.running:
+            first = self._rt.ended_resend(st, key)
+            if first is not None:
+                await self._durable(st.shard, first)
+                return
+        run = self._rt.running_run(wid)
+        if not typed:
+            payload = signals.payload(run, signal, value)
+        lsn = self._rt.signal(wid, signal.name, payload, key, who)
         await self._durable(st.shard, lsn)
 
     async def query(self, workflow_id: str, query: QueryDef[Q], arg: Any = None) -> Q:
@@ -1130,12 +1150,20 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
         """Requests cancellation; returns once the request is durable.
 
         The run's pending operations raise :class:`fusee.Cancelled`; its code
-        may catch it and compensate.
+        may catch it and compensate. A cancel of a run that ended after a
+        cancellation was recorded (a client's retry) answers as the first did;
+        of a run that ended otherwise, it raises :class:`fusee.WorkflowEnded`.
         """
         self._check_open()
         wid = self._check_id(workflow_id)
+        who = _by(by)
         st = self._rt.current(wid)
-        lsn = self._rt.cancel(wid, str(reason), _by(by))
+        if not st.running:
+            first = self._rt.ended_resend(st, None)
+            if first is not None:
+                await self._durable(st.shard, first)
+                return
+        lsn = self._rt.cancel(wid, str(reason), who)
         await self._durable(st.shard, lsn)
 
     async def terminate(self, workflow_id: str, reason: str = "", *, by: str | None = None) -> None:
@@ -1250,7 +1278,9 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
         With ``wait``, waits up to that long for a first chunk (long polling).
         A reader never sees a chunk change or an offset skipped, and may
         reconnect at any offset. ``ended`` is true once the stream (or the run)
-        ended and every chunk before the end was returned.
+        ended and every chunk before the end was returned. A reader waiting
+        when the engine closes or its log fails raises :class:`fusee.EngineClosed`
+        at once (chunks that were durable before are returned first).
         """
         chunks, nxt, ended, _ = await self._read_stream(workflow_id, name, offset, wait, None)
         return chunks, nxt, ended
@@ -1274,8 +1304,10 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
                 journal, lsns, self._rt.durable(st.shard), name, offset, start)
             hint = (st.run_id, at)
             left = deadline - loop.time()
-            if chunks or ended or left <= 0 or self._closed:
+            if chunks or ended or left <= 0:
                 return chunks, nxt, ended, hint
+            # Closed or the log failed (also while this reader waited): nothing more will come.
+            self._check_open()
             await self._rt.stream_changed(left)
 
     async def read_stream(self, workflow_id: str, name: str, offset: int = 0) -> AsyncIterator[Any]:

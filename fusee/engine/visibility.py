@@ -189,11 +189,17 @@ def _tokenize(text: str) -> list[_Tok]:
 Node = tuple[Any, ...]
 
 
+#: How deep parentheses and ``not`` may nest in a query: deeper is refused with InvalidQuery
+#: (the parser and the evaluator recurse; no real filter comes near this).
+MAX_DEPTH = 64
+
+
 class _Parser:
     def __init__(self, text: str) -> None:
         self.text = text
         self.toks = _tokenize(text)
         self.i = 0
+        self.depth = 0
 
     def peek(self) -> _Tok:
         return self.toks[self.i]
@@ -229,15 +235,20 @@ class _Parser:
 
     def not_(self) -> Node:
         t = self.peek()
+        if t.kind != "not" and t.kind != "(":
+            return self.comparison()
+        if self.depth == MAX_DEPTH:
+            raise InvalidQuery(f"the query nests parentheses and 'not' deeper than {MAX_DEPTH} levels: "
+                               "write it flatter (a and b and c needs no parentheses)", self.text, t.pos)
+        self.depth += 1
+        self.i += 1
         if t.kind == "not":
-            self.i += 1
-            return ("not", self.not_())
-        if t.kind == "(":
-            self.i += 1
+            node: Node = ("not", self.not_())
+        else:
             node = self.or_()
             self.take(")", "')'")
-            return node
-        return self.comparison()
+        self.depth -= 1
+        return node
 
     def comparison(self) -> Node:
         ft = self.take("name", "a field (workflow_id, workflow, status, run_id, shard, "

@@ -265,9 +265,14 @@ class _Api:
     async def signal(self, request: Request) -> Response:
         wid = self.wid(request)
         body = await _body(request, schemas.SignalRequest)
-        sig = _named(fusee.signal, body.name)
-        await self.call(lambda: self.engine.signal(wid, sig, body.value, dedup_key=body.dedup_key,
-                                                   by=_who(body.by)))
+        # By name only (no fusee.signal declaration): the engine checks the value against the
+        # run's wait or the declared type, and refuses an unknown name.
+        sig: fusee.SignalDef[Any] = _named(fusee.SignalDef, body.name)
+        try:
+            await self.call(lambda: self.engine.signal(wid, sig, body.value, dedup_key=body.dedup_key,
+                                                       by=_who(body.by)))
+        except errors.UnknownSignal as e:
+            raise BadRequest(str(e), "name", type="UnknownSignal") from None
         return JSONResponse({"workflow_id": wid, "action": "signal"})
 
     @_handler("arg")

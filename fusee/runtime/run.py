@@ -181,7 +181,11 @@ class Run:
         self.consumed: set[int] = set()
         self.dedup: set[int] = set()
         self.waiting: dict[str, list[int]] = {}
-        self.wait_types: dict[int, Any] = {}
+        #: The type the code waits for each signal name with (its latest wait, replayed or live):
+        #: a signal sent by name only is checked against it (``fusee.engine.signals``).
+        self.signal_types: dict[str, Any] = {}
+        #: (wait position, signal ordinal) pairs whose payload the wait's type cannot decode.
+        self.passed_over: set[tuple[int, int]] = set()
         # Times and targets recorded by earlier lives, for operations armed then.
         self.timer_at: dict[int, int] = {}
         self.wait_deadline: dict[int, int] = {}
@@ -677,6 +681,7 @@ class Run:
         except DeterminismError as e:
             raise self._determinism(e) from None
         fut = self._new_op(seq, WAIT, signal.name, signal.type)
+        self.signal_types[signal.name] = signal.type
         if arm is jm.REPLAY:
             return fut
         if type(arm) is jm.Append:
@@ -702,7 +707,14 @@ class Run:
             self.append(r)
 
     def _match_signals(self, name: str) -> None:
-        """Hands buffered signals of ``name`` to the live waits for it, oldest first."""
+        """Hands buffered signals of ``name`` to the live waits for it, oldest first.
+
+        A signal goes to the oldest wait whose type decodes it. One that a wait cannot
+        decode (journaled by an older version, or sent by a workflow that declared
+        another type) is passed over: logged, counted, left in the journal untaken,
+        and the wait keeps waiting. The choice depends only on the journal and the
+        code's waits, and takes nothing from the signal, so a replay makes it again.
+        """
         seqs = self.waiting.get(name)
         if not seqs:
             return
@@ -711,9 +723,27 @@ class Run:
                 break
             if sname != name or ordinal in self.consumed:
                 continue
-            seq = seqs.pop(0)
-            self.consumed.add(ordinal)
-            self.machine.complete(seq, jm.SignalTaken(ordinal, payload))
+            for i, seq in enumerate(seqs):
+                if self._decodes(seq, ordinal, payload):
+                    del seqs[i]
+                    self.consumed.add(ordinal)
+                    self.machine.complete(seq, jm.SignalTaken(ordinal, payload))
+                    break
+
+    def _decodes(self, seq: int, ordinal: int, payload: bytes) -> bool:
+        """Wait ``seq``'s type decodes signal ``ordinal``; reports it (once) when not."""
+        op = self.ops.get(seq)
+        if op is None or codec.is_undeclared(op.type) or sabotage.active.undecodable_signal_taken:
+            return True
+        if (seq, ordinal) in self.passed_over:
+            return False
+        try:
+            codec.decode(payload, op.type)
+        except SerializationError as e:
+            self.passed_over.add((seq, ordinal))
+            self.rt.signal_passed_over(self, seq, ordinal, op.name, e)
+            return False
+        return True
 
     def offer_signal(self, name: str, payload: bytes, dedup: int, by: bytes | None) -> int | None:
         """A signal arrived: journal it and hand it to a waiting operation. None if a duplicate."""

@@ -136,7 +136,8 @@ class Runtime:
         self.index = AttributeIndex()
         #: False: runs that end keep only their start, ending and outbox (see ``fusee.runtime.history``).
         self.keep_history = True
-        self.stats = {"steps": 0, "replays": 0, "runs_started": 0, "parked": 0, "woken": 0, "checkpoints": 0}
+        self.stats = {"steps": 0, "replays": 0, "runs_started": 0, "parked": 0, "woken": 0, "checkpoints": 0,
+                      "signals_dropped": 0}
         #: Spans and metrics (``fusee.runtime.telemetry``); None: off, and each hook costs one test.
         self.telemetry: TelemetryHooks | None = None
 
@@ -670,6 +671,26 @@ class Runtime:
     def cancel(self, wid: str, reason: str, by: bytes | None) -> int:
         return self.running_run(wid).request_cancel(reason.encode(), by)
 
+    def ended_resend(self, st: WorkflowState, dedup: int | None) -> int | None:
+        """A resent signal (``dedup``: its key) or cancel (``dedup`` None) to an ended run: the LSN of
+        the record the first try made, if its journal holds one, else None (the run ended first).
+
+        A client that retries after its first, durable try ended the run gets the same answer
+        as that first try, not :class:`WorkflowEnded`. Without ``keep_history`` an ended run
+        keeps no signals or cancel requests, so only a run that ended cancelled is matched.
+        """
+        if st.running:
+            return None
+        journal, lsns = self.journal_of(st)
+        for r, lsn in zip(journal, lsns, strict=True):
+            if dedup is None:
+                if isinstance(r, rec.CancelRequest | rec.Cancel) or (
+                        isinstance(r, rec.Done) and r.status == rec.Status.CANCELLED):
+                    return lsn
+            elif isinstance(r, rec.Signal) and r.dedup == dedup:
+                return lsn
+        return None
+
     def terminate(self, wid: str, reason: str, by: bytes | None) -> int:
         st = self.current(wid)
         if not st.running:
@@ -964,6 +985,16 @@ class Runtime:
         """A run went quiet: park it once it has stayed suspended for ``park_after``."""
         parking.after_pump(self, run)
 
+    def signal_passed_over(self, run: Run, seq: int, ordinal: int, name: str, error: FuseeError) -> None:
+        """A wait passed over a journaled signal its type cannot decode: warn and count it."""
+        self.stats["signals_dropped"] += 1
+        log.warning(
+            "workflow %r (run %d): signal %r #%d in its journal does not decode as the wait at "
+            "position %d expects (%s); it is passed over and the wait keeps waiting. Send it again "
+            "with a value of the declared type",
+            run.workflow_id, run.run_id, name, ordinal, seq, error,
+        )
+
     def park_all(self) -> None:
         """Parks every suspended run (at close: the checkpoint keeps them parked)."""
         parking.park_all(self)
@@ -1000,6 +1031,11 @@ class Runtime:
     def on_durable(self, durable: list[int]) -> None:
         """The committer made more of the log durable."""
         self.steps.on_durable(durable)
+        self.wake_stream_readers()
+
+    def wake_stream_readers(self) -> None:
+        """Wakes every stream reader waiting in :meth:`stream_changed` (more is durable, or
+        nothing more will be: the log failed or the engine closed; each reader looks again)."""
         if self.stream_readers:
             readers, self.stream_readers = self.stream_readers, []
             for fut in readers:

@@ -122,6 +122,9 @@ class Observed:
     #: Answers to ``engine.complete``/``fail_completion``: (workflow ID, token,
     #: accepted, value; -1 for a failure), in arrival order.
     completions: list[tuple[str, str, bool, int]] = dataclasses.field(default_factory=list)
+    #: Signals the engine refused as it must (wrong value, unknown name): (workflow ID, name,
+    #: the journal's dedup value of its key); none may be in a journal.
+    refused_signals: list[tuple[str, str, str]] = dataclasses.field(default_factory=list)
     #: Online violations (first come first listed).
     violations: list[str] = dataclasses.field(default_factory=list)
 
@@ -307,6 +310,18 @@ def check_signals(obs: Observed, snap: Snapshot) -> list[str]:
     return out
 
 
+def check_refused_signals(obs: Observed, snap: Snapshot) -> list[str]:
+    """A signal refused for its value or name left nothing in its run's journal."""
+    out: list[str] = []
+    for wid, name, dedup in obs.refused_signals:
+        view = snap.runs.get(wid)
+        if view is None or view.journal is None:
+            continue
+        if any(isinstance(x, r.Signal) and str(x.dedup) == dedup for x in view.journal):
+            out.append(f"signal {name!r} to {wid} was refused (wrong value or unknown name), yet its journal holds it")
+    return out
+
+
 def check_results(obs: Observed, snap: Snapshot) -> list[str]:
     """A result once reported stays: the run is still finished, with the same status."""
     out: list[str] = []
@@ -402,6 +417,7 @@ def check_all(obs: Observed, snap: Snapshot, service_violations: Iterable[str] =
     out += check_service(service_violations)
     out += check_starts(obs, snap)
     out += check_signals(obs, snap)
+    out += check_refused_signals(obs, snap)
     out += check_results(obs, snap)
     out += check_updates(obs, snap)
     if final:

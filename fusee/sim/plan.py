@@ -31,6 +31,9 @@ class Signal:
     value: Any = None
     #: The dedup key the client sends it with (every resend uses the same one).
     key: str = ""
+    #: The error type the engine must refuse it with ("SerializationError": a value its type
+    #: does not take, "UnknownSignal": a name nothing declares), recording nothing; "" for none.
+    refusal: str = ""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -76,6 +76,10 @@ class Report:
     #: Acknowledged resets, and signals they delivered again.
     resets: int = 0
     signals_reapplied: int = 0
+    #: Signals sent with a wrong value or an unknown name, refused with the typed error; and
+    #: journaled signals a wait passed over (it cannot decode them), as the engine counted them.
+    signals_refused: int = 0
+    signals_dropped: int = 0
     #: Keyed object calls answered, and steps that ran under a step limit.
     object_calls: int = 0
     limited_steps: int = 0
@@ -128,6 +132,8 @@ COVERAGE = (
     "resumed_exports",
     "resets",
     "signals_reapplied",
+    "signals_refused",
+    "signals_dropped",
     "chunks_read",
     "streams_read",
     "stream_rereads",

@@ -26,6 +26,8 @@ close = fusee.signal("close", int)
 done = fusee.signal("done", int)
 never = fusee.signal("never", int)
 nudge = fusee.signal("nudge", int)
+#: The same name as an older sender declared it: what it sends, the resettable's wait cannot decode.
+nudge_text = fusee.signal("nudge", str)
 total_query = fusee.query("total")
 add = fusee.update("add", int)
 
@@ -295,9 +297,16 @@ def build(cfg: SimConfig) -> Plan:
             total += got
         return total
 
+    @fusee.workflow("mistyped")
+    async def mistyped(ctx: fusee.Ctx, target: str) -> None:
+        # Journaled in the target as sent (a cross-run signal is typed by its sender): its wait
+        # must pass it over and keep waiting, on every replay alike, not fail the run.
+        await ctx.signal_workflow(target, nudge_text, "lots")
+
     talker = talker_workflow(cfg.seed, retry)
     streams = Streams(cfg.seed)
-    workflows = [order, ship, fanout, pinger, counter, looper, patchy, kid, parent, reader, saga, approval, export, resettable, talker]
+    workflows = [order, ship, fanout, pinger, counter, looper, patchy, kid, parent, reader, saga, approval, export,
+                 resettable, talker, mistyped]
     # A third of seeds encrypt payloads at rest, rotating the key at every crash.
     sim_codec = SimCodec() if cfg.seed % 3 == 1 else None
     plan = Plan(
@@ -307,7 +316,8 @@ def build(cfg: SimConfig) -> Plan:
         service=svc,
         engine_options={"codec": sim_codec} if sim_codec else {},
         on_open=[streams.on_open],
-        checks=[lambda world, snap, final: streams.check(snap, world.obs.results, final)]
+        checks=[lambda world, snap, final: streams.check(snap, world.obs.results, final),
+                lambda world, snap, final: check_resettable_lives(world, snap, final)]
         + ([lambda world, snap, final: check_encrypted(world, final)] if sim_codec else []),
         unfinished=streams.unfinished,
         counters=lambda: {
@@ -326,7 +336,7 @@ def build(cfg: SimConfig) -> Plan:
         "order": order, "fanout": fanout, "pinger": pinger, "counter": counter,
         "looper": looper, "patchy": patchy, "parent": parent, "reader": reader,
         "saga": saga, "approval": approval, "export": export,
-        "resettable": resettable,
+        "resettable": resettable, "mistyped": mistyped,
     })
     # Talkers and their readers draw from a stream of their own (older jobs keep their plan).
     tr = random.Random(f"streams-{cfg.seed}")
@@ -361,11 +371,25 @@ def check_encrypted(world: Any, final: bool) -> list[str]:
     return out
 
 
+def check_resettable_lives(world: Any, snap: Any, final: bool) -> list[str]:
+    """A resettable job never fails: a nudge its wait cannot decode is passed over."""
+    if not final:
+        return []
+    out = []
+    for wid, kind in world.obs.starts.items():
+        view = snap.runs.get(wid)
+        if kind == "resettable" and view is not None and view.exists and view.status == "failed":
+            out.append(f"{wid} (resettable) failed: a journaled signal its wait cannot decode must be "
+                       "passed over, and the wait keep waiting")
+    return out
+
+
 def _plan_client(cfg: SimConfig, plan: Plan, defs: dict[str, Any]) -> None:
     """What the client does and when, drawn from the seed."""
     rng = random.Random(f"workload-{cfg.seed}")
     # Actions added later draw from their own stream, so older seeds keep their plans.
     ops = random.Random(f"operate-plan-{cfg.seed}")
+    bad = random.Random(f"operate-mistakes-{cfg.seed}")
     kinds = [k for k, w in cfg.mix.items() if k not in OPERATE_KINDS for _ in range(w)]
     span = max(1, cfg.duration_ms // 2)
     orders: list[str] = []
@@ -434,5 +458,17 @@ def _plan_client(cfg: SimConfig, plan: Plan, defs: dict[str, Any]) -> None:
         elif kind == "resettable":
             for k in range(ops.randrange(5)):
                 plan.actions.append((t + 1 + ops.randrange(200), Signal(wid, nudge, ops.randrange(100), f"{wid}/n{k}")))
+            # An operator's mistakes, sent by name as HTTP and the CLI send them: a value the
+            # signal's type does not take, and a misspelled name. Both are refused, unrecorded.
+            if bad.random() < 0.6:
+                plan.actions.append((t + 1 + bad.randrange(200), Signal(
+                    wid, fusee.SignalDef("nudge"), {"not": "a number"}, f"{wid}/bad-value",
+                    refusal="SerializationError")))
+            if bad.random() < 0.4:
+                plan.actions.append((t + 1 + bad.randrange(200), Signal(
+                    wid, fusee.SignalDef("nudgee"), 1, f"{wid}/bad-name", refusal="UnknownSignal")))
+            if bad.random() < 0.5:
+                plan.actions.append((t + 1 + bad.randrange(150), Start(f"{wid}-mistyped", defs["mistyped"], wid,
+                                                                       "mistyped")))
             for _ in range(1 + ops.randrange(2)):
                 plan.actions.append((t + 10 + ops.randrange(140), Reset(wid, "mark")))

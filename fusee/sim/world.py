@@ -657,6 +657,11 @@ class World:
             answer = ("nothing", type(e).__name__)
         except errors.AlreadyExists:
             answer = ("exists", None)
+        except (errors.SerializationError, errors.UnknownSignal) as e:
+            if not (isinstance(action, Signal) and action.refusal == type(e).__name__):
+                self._fail_later(f"{_describe(action)} raised {type(e).__name__}: {e}")
+                return
+            answer = ("refused", type(e).__name__)
         except Exception as e:
             if isinstance(action, Update) and not isinstance(e, errors.FuseeError):
                 # The validator's own error: the update was rejected, nothing recorded.
@@ -803,6 +808,14 @@ class World:
             self._watch(action.id)
             for kid, _ in self.obs.children.get(action.id, ()):
                 self._watch(kid)
+        elif isinstance(action, Signal) and action.refusal:
+            if status == "ok":
+                self.obs.violations.append(f"{_describe(action)} was accepted: the engine must refuse it "
+                                           f"with {action.refusal} and record nothing")
+            elif status == "refused":
+                self.report.signals_refused += 1
+                self.obs.refused_signals.append(
+                    (action.id, action.signal.name, str(dedup_key("client:" + action.key))))
         elif isinstance(action, Signal):
             if status == "ok":
                 self.obs.signal_acked(action.id, action.signal.name)
@@ -1048,7 +1061,7 @@ class World:
         if callable(stats):
             stats = stats()
         if isinstance(stats, dict):
-            for name in ("replays", "parked", "checkpoints"):
+            for name in ("replays", "parked", "checkpoints", "signals_dropped"):
                 value = stats.get(name, 0)
                 if isinstance(value, int):
                     setattr(self.report, name, getattr(self.report, name) + value)

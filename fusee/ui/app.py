@@ -308,7 +308,7 @@ class _UI:
                 except ValueError as e:
                     raise ValueError(f"the signal's value is not JSON ({e}): write 42, \"text\", "
                                      "true, {\"k\": 1} or leave it empty for null") from None
-                await on_engine(engine, engine.signal, wid, fusee.signal(name), value, by=BY)
+                await on_engine(engine, engine.signal, wid, fusee.SignalDef(name), value, by=BY)  # by name: checked
             elif what == "cancel":
                 await on_engine(engine, engine.cancel, wid, str(form.get("reason", "")), by=BY)
             elif what == "terminate":

@@ -16,9 +16,11 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import msgspec
 import pytest
 
 import fusee
+import fusee.testing
 
 HERE = Path(__file__).parent
 APP_DIR = HERE.parent / "http"
@@ -184,6 +186,28 @@ def test_errors_are_one_line_and_exit_1(tmp_path: Path) -> None:
     assert p.returncode == 2 and "Traceback" not in p.stderr
 
 
+@pytest.mark.parametrize(("position", "field"), [(0, "started_ms"), (1, "fire_at_ms"), (2, "finished_ms")])
+def test_import_of_a_journal_with_an_impossible_time_names_the_record(
+        tmp_path: Path, position: int, field: str) -> None:
+    from fusee import journal_file
+    from fusee.core import records as rec
+
+    start = rec.Start(run=1, id="o-1", wtype="order", version=1, codec=0, started_ms=1_700_000_000_000,
+                      deadline_ms=0, parent=None, policy=0, update=None, input=b'"acme"')
+    records: list[rec.Record] = [start, rec.Timer(run=1, seq=0, name="nap", fire_at_ms=1_700_000_001_000),
+                                 rec.Done(run=1, status=rec.Status.OK, finished_ms=1_700_000_002_000,
+                                          payload=b"1", by=None)]
+    records[position] = msgspec.structs.replace(records[position], **{field: 10**16})  # year 318857
+    path = tmp_path / "odd.fjnl"
+    journal_file.write(path, records)  # a valid checksum over an impossible time
+    for args in ((), ("--json",)):
+        line = one_line_error(fusee_cmd("import", str(path), *args))
+        kind = type(records[position]).__name__
+        assert f"record {position} ({kind})" in line and field in line and "ValueError" not in line, line
+    with pytest.raises(fusee.CorruptRecord, match=f"record {position}"):
+        fusee.testing.load_journal(path)
+
+
 def test_sim_and_disk_check(tmp_path: Path) -> None:
     p = fusee_cmd("sim", "--seed", "3", "--quiet")
     assert p.returncode == 0, p.stderr
@@ -267,6 +291,9 @@ def test_url_target_against_fusee_serve(served: tuple[str, str]) -> None:
     p = fusee_cmd("query", "o-1", "state", *auth)
     assert json.loads(p.stdout) == "reserved"
 
+    # A value of the wrong type and a misspelled name are refused, and record nothing (the audit below).
+    assert "bool" in one_line_error(fusee_cmd("signal", "o-1", "approve", "yes", *auth))
+    assert "'approve'" in one_line_error(fusee_cmd("signal", "o-1", "aprove", "true", *auth))
     p = fusee_cmd("signal", "o-1", "approve", "true", "--by", "ada", *auth)
     assert p.returncode == 0, p.stderr
     deadline = time.monotonic() + 60

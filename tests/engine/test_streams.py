@@ -114,3 +114,30 @@ async def test_stream_names_are_checked() -> None:
     async with fusee.Engine.open(workflows=[bad_name]) as engine:
         with pytest.raises(fusee.WorkflowFailed, match="stream name"):
             await engine.execute(bad_name, "b-1")
+
+
+@fusee.workflow("quiet_stream")
+async def quiet_stream(ctx: fusee.Ctx) -> None:
+    ctx.stream("news")  # open, and nothing written: readers wait
+    await ctx.wait_for(go)
+
+
+@pytest.mark.parametrize("how", ["log fails", "close"])
+async def test_a_waiting_stream_reader_hears_engine_closed_when_the_log_fails_or_closes(how: str) -> None:
+    engine = await fusee.Engine.open(workflows=[quiet_stream])
+    try:
+        await engine.start(quiet_stream, "q-1")
+        reader = asyncio.ensure_future(engine.read_stream_batch("q-1", "news", 0, wait=3600))
+        while not engine._rt.stream_readers:  # the reader waits for more of the log to be durable
+            await asyncio.sleep(0)
+        if how == "close":
+            await engine.close()
+        else:
+            engine._log.storage.fail_next_fdatasync()  # type: ignore[attr-defined]
+            with pytest.raises(fusee.EngineClosed):
+                await engine.start(quiet_stream, "q-2")
+        # Woken at once, not after its hour: the bound only keeps a regression from hanging.
+        with pytest.raises(fusee.EngineClosed, match="closed" if how == "close" else "log failed"):
+            await asyncio.wait_for(reader, 30)
+    finally:
+        await engine.close()

@@ -131,6 +131,21 @@ async def test_bad_queries_raise_naming_the_position(where: str, position: int) 
             engine.list(cursor="nonsense")
 
 
+@pytest.mark.parametrize("where", [
+    "(" * 400 + "workflow = 'order'" + ")" * 400,
+    "not " * 1000 + "workflow = 'order'",
+    "(not " * 300 + "workflow = 'order'" + ")" * 300,
+])
+async def test_a_query_nested_too_deep_is_an_invalid_query_not_a_recursion_error(where: str) -> None:
+    async with fusee.Engine.open(workflows=[order]) as engine:
+        with pytest.raises(fusee.InvalidQuery, match="deeper than 64") as info:
+            engine.list(where)
+        assert 0 < info.value.position < len(where)
+        nested = "(" * 64 + "workflow = 'order'" + ")" * 64  # as deep as allowed: answered
+        assert engine.list(nested).items == []
+        assert engine.list("not " * 64 + "workflow = 'x'").items == []
+
+
 async def test_attributes_survive_a_reopen_from_a_checkpoint(tmp_path: Path) -> None:
     async with fusee.Engine.open(tmp_path, workflows=[order]) as engine:
         for i, c in enumerate(["acme", "zed", "acme"]):

@@ -152,8 +152,17 @@ async def bump(ctx: fusee.ObjectCtx[int], by: int) -> int:
     ctx.set_state(ctx.state + by)
     return ctx.state
 
+paid = fusee.signal("paid", bool)
+
+@fusee.workflow("gated")
+async def gated(ctx: fusee.Ctx) -> str:
+    try:
+        return "paid" if await ctx.wait_for(paid) else "unpaid"
+    except fusee.Cancelled:
+        return await ctx.step("refund", lambda: "refunded")
+
 async def main():
-    engine = await fusee.Engine.open(sys.argv[1], workflows=[boom, ok, counter, tally])
+    engine = await fusee.Engine.open(sys.argv[1], workflows=[boom, ok, counter, tally, gated])
     print("ready", flush=True)
     await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
     await engine.close()
@@ -186,6 +195,11 @@ tally = fusee.object("tally", state=int)
 
 @tally.exclusive
 async def bump(ctx: fusee.ObjectCtx[int], by: int) -> int:
+    raise AssertionError("runs in the owner only")
+
+
+@fusee.workflow("gated")
+async def gated(ctx: fusee.Ctx) -> str:
     raise AssertionError("runs in the owner only")
 
 
@@ -223,6 +237,39 @@ def test_follower_errors_keep_their_types_and_exclusive_refuses(tmp_path: Path) 
                 await engine.refresh()
                 assert engine.describe("ok-1").status == "ok"
                 assert {r.workflow_id for r in engine.runs()} >= {"ok-1", "b-1"}
+
+        asyncio.run(main())
+    finally:
+        p.communicate("\n", timeout=60)
+    assert p.returncode == 0
+
+
+def test_a_routed_signal_is_checked_by_the_owner_and_a_resend_after_the_end_answers_the_same(
+        tmp_path: Path) -> None:
+    p = _owner(tmp_path)
+    try:
+        async def main() -> None:
+            async with fusee.Engine.open(tmp_path, workflows=[gated]) as engine:
+                assert not engine.is_owner
+                h = await engine.start(gated, "g-1")
+                while not any(type(r).__name__ == "Wait" for r in await engine.journal("g-1")):
+                    await asyncio.sleep(0.01)
+                # By name only, as HTTP and the CLI send it: the owner knows the declared type.
+                with pytest.raises(fusee.SerializationError, match="bool"):
+                    await engine.signal("g-1", fusee.SignalDef("paid"), "yes")
+                with pytest.raises(fusee.UnknownSignal, match="'paid'") as info:
+                    await engine.signal("g-1", fusee.SignalDef("payed"), True)
+                assert "paid" in info.value.known
+                assert not any(type(r).__name__ == "Signal" for r in await engine.journal("g-1"))
+                await engine.signal("g-1", fusee.SignalDef("paid"), True, dedup_key="req-1")
+                assert await h.result() == "paid"
+                await engine.signal("g-1", fusee.SignalDef("paid"), True, dedup_key="req-1")  # a retry
+                with pytest.raises(fusee.WorkflowEnded):
+                    await engine.signal("g-1", fusee.SignalDef("paid"), True, dedup_key="req-2")
+                h2 = await engine.start(gated, "g-2")
+                await h2.cancel()
+                assert await h2.result() == "refunded"
+                await h2.cancel()  # a retry
 
         asyncio.run(main())
     finally:

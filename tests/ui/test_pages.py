@@ -89,6 +89,12 @@ def test_bad_input_gets_a_clear_message_and_records_nothing() -> None:
         assert status == 400 and "the signal&#39;s value is not JSON" in body
         status, body, _ = post(f"{served.url}/action/signal/order-1", {"csrf": good, "name": " "})
         assert status == 400 and "the signal needs a name" in body
+        status, body, _ = post(f"{served.url}/action/signal/order-1",
+                               {"csrf": good, "name": "approve", "value": '"yes"'})
+        assert status == 400 and "signal refused" in body and "bool" in body
+        status, body, _ = post(f"{served.url}/action/signal/order-1",
+                               {"csrf": good, "name": "aprove", "value": "true"})
+        assert status == 400 and "signal refused" in body and "&#39;approve&#39;" in body
         status, body, _ = post(f"{served.url}/action/reset/order-1", {"csrf": good, "step": "nope"})
         assert status == 400 and "reset refused" in body
         status, body, _ = post(f"{served.url}/action/explode/order-1", {"csrf": good})
