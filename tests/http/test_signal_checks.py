@@ -38,7 +38,7 @@ async def engine(tmp_path: Path) -> AsyncIterator[fusee.Engine]:
 
 
 def client(engine: fusee.Engine) -> httpx.AsyncClient:
-    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app(engine)), base_url="http://fusee.test")
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app(engine)), base_url="http://127.0.0.1")
 
 
 async def started(c: httpx.AsyncClient, engine: fusee.Engine, wid: str) -> None:

@@ -29,7 +29,7 @@ async def engine(tmp_path: Path) -> AsyncIterator[fusee.Engine]:
 ])
 async def test_a_where_nested_too_deep_is_a_400(engine: fusee.Engine, where: str) -> None:
     transport = httpx.ASGITransport(app=app(engine), raise_app_exceptions=False)
-    async with httpx.AsyncClient(transport=transport, base_url="http://fusee.test") as c:
+    async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as c:
         r = await c.get("/api/runs", params={"where": where})
     assert r.status_code == 400, r.text
     err = r.json()["error"]
