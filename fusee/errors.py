@@ -468,14 +468,20 @@ class MissingKey(CodecError):
 
 
 class DecryptionFailed(CodecError):
-    """A payload's ciphertext does not decrypt: it was changed, cut, or the key is not the one it names.
+    """A payload's ciphertext does not decrypt: it was changed, cut, moved from another record, or the
+    key is not the one it names.
 
     ``key_id`` names the key the payload says it was encrypted with (None when
-    even that could not be read).
+    even that could not be read). When the engine read it from a record,
+    ``run`` is that record's numeric run ID and ``record`` names the record
+    and field (``"Start.input"``); both are None otherwise.
     """
 
-    def __init__(self, message: str, key_id: str | None = None) -> None:
+    def __init__(self, message: str, key_id: str | None = None, *, run: int | None = None,
+                 record: str | None = None) -> None:
         self.key_id = key_id
+        self.run = run
+        self.record = record
         super().__init__(message)
 
 

@@ -137,7 +137,7 @@ def checkpoint_state(rt: Runtime) -> bytes:
         out.append(
             CheckpointEntry(
                 st.id, st.shard, st.wtype, st.run_id, st.parent, status, wake, journal,
-                has_outbox(st), st.code, st.version, rt.sealer.seal_bytes(rt.index.encoded(st.id)),
+                has_outbox(st), st.code, st.version, rt.sealer.seal_bytes(rt.index.encoded(st.id), st.id),
                 rt.sealer.codec is not None,
             )
         )
@@ -162,7 +162,7 @@ def load_checkpoint(rt: Runtime, state: bytes) -> None:
         rt.by_run[e.run_id] = st
         st.outbox = outbox
         if e.attributes:
-            attributes = rt.sealer.open_bytes(e.attributes) if e.sealed else e.attributes
+            attributes = rt.sealer.open_bytes(e.attributes, e.id) if e.sealed else e.attributes
             rt.index.replace(e.id, decode_attributes(attributes))
         if e.status >= 0:
             st.packed = e.journal
