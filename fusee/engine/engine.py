@@ -547,6 +547,10 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
             codec=codec,
         )
         self._rt.keep_history = bool(keep_history)
+        if read_only:
+            # A view advances nothing: a parked run's wake-up that came due while the
+            # directory was closed must not replay its code here (it would diverge).
+            self._rt.timers.close()
         self._telemetry = None
         if tel_config is not None and not read_only:
             from fusee.otel import OTelTelemetry
