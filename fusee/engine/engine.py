@@ -964,6 +964,10 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
         if not isinstance(query, QueryDef):
             raise TypeError(f"query takes a query made with fusee.query(...), got {query!r}")
         wid = self._check_id(workflow_id)
+        # One turn of the loop per call (a bare yield, no Future): an answer that is
+        # durable already would otherwise never yield, and a caller polling in a loop
+        # would starve the run it waits for.
+        await asyncio.sleep(0)
         st = self._rt.current(wid)
         if not st.running:
             # The run ended: its code is gone, a read-only replay answers (during retention).
@@ -1239,6 +1243,7 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
     async def journal(self, workflow_id: str) -> list[rec.Record]:
         """The durable records of the workflow's current run, in journal order."""
         self._check_open()
+        await asyncio.sleep(0)  # a turn of the loop per call: a caller may poll this (see query)
         st = self._rt.current(self._check_id(workflow_id))
         durable = self._rt.durable(st.shard)
         journal, lsns = self._rt.journal_of(st)
@@ -1268,6 +1273,7 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
             raise ValueError(f"offset must be an int >= 0, got {offset!r}")
         loop = asyncio.get_running_loop()
         deadline = loop.time() + (to_ms(wait) / 1000 if wait is not None else 0)
+        await asyncio.sleep(0)  # a turn of the loop per call: a caller may poll this (see query)
         while True:
             st = self._rt.current(wid)
             journal, lsns = self._rt.journal_of(st)

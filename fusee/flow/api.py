@@ -91,8 +91,9 @@ class ScheduleList(list[ScheduleInfo]):
     """The schedules: a list, which may also be awaited (``await engine.schedules()``)."""
 
     def __await__(self) -> Generator[Any, None, ScheduleList]:
-        if False:  # pragma: no cover - makes this a generator that returns at once
-            yield None
+        # One bare yield: a turn of the event loop (as asyncio.sleep(0)), so a caller
+        # polling ``await engine.schedules()`` in a loop lets the schedules run.
+        yield None
         return self
 
 
