@@ -283,7 +283,8 @@ def object(
     """Declares a keyed object whose state is of type ``state``.
 
     ``initial`` is a key's state before its first write (default: ``state()``
-    when that works, else None). After ``calls_per_run`` calls a key's run
+    when that works, the empty value of a generic alias's origin for
+    ``list[str]``, ``dict[str, int]`` and the like, else None). After ``calls_per_run`` calls a key's run
     continues as new (its journal stays small); the answers of its last
     ``remember_calls`` call IDs are kept, so a call ID repeated within that
     many later calls of the same key gets the same answer (an older one runs
@@ -295,8 +296,10 @@ def object(
         if not isinstance(n, int) or isinstance(n, bool) or n < 1:
             raise ValueError(f"object {name!r}: {what} must be a positive int, got {n!r}")
     if initial is ...:
+        # A generic alias (list[str], dict[str, int]) is not a type: its origin makes the empty value.
+        make = state if isinstance(state, type) else typing.get_origin(state)
         try:
-            initial = state() if isinstance(state, type) else None
+            initial = make() if isinstance(make, type) else None
         except Exception:
             initial = None
     return ObjectDef(name, state, initial, calls_per_run, remember_calls)
