@@ -15,15 +15,20 @@ import os
 import random
 from collections.abc import Iterable
 from types import TracebackType
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 from fusee import journal_file
+from fusee import telemetry as telemetry_config
 from fusee.core import journal as jm
 from fusee.core import records as rec
 from fusee.definitions import WorkflowDef
 from fusee.durations import to_ms
+from fusee.encryption import Codec
 from fusee.engine.engine import Engine
 from fusee.errors import DeterminismError, FuseeError
+from fusee.limits import Limit
+from fusee.objects import ObjectDef
+from fusee.retry import Retry
 from fusee.runtime.context import Duration
 from fusee.runtime.env import RealEnv
 from fusee.runtime.table import WorkflowState
@@ -31,6 +36,7 @@ from fusee.storage.simdisk import SimDisk
 
 __all__ = [
     "CrashCheckFailed",
+    "EngineOptions",
     "TestEngine",
     "crash_everywhere",
     "journal_json",
@@ -38,6 +44,38 @@ __all__ = [
     "replay",
     "replay_dir",
 ]
+
+
+class EngineOptions(TypedDict, total=False):
+    """The options of :meth:`fusee.Engine.open` that an engine on memory takes (same meaning).
+
+    :class:`TestEngine`, :func:`replay`, :func:`replay_dir` and
+    :func:`crash_everywhere` take them as keyword arguments: open the engine
+    under test as the application opens its own (its ``limits``, its
+    ``codec``...), or the code meets an engine it was not written for.
+    """
+
+    shards: int | None
+    retry: Retry | None
+    inline_sync_steps: bool | None
+    flush: str | None
+    step_threads: int
+    segment_bytes: int | None
+    blob_threshold: int
+    checkpoint_every: int
+    checkpoint_interval: float | None
+    checkpoint_bytes: int | None
+    park_after: float | None
+    max_loaded: int | None
+    retention: float | None
+    keep_history: bool
+    codec: Codec | None
+    limits: Iterable[Limit]
+    telemetry: bool | telemetry_config.Telemetry | None
+
+
+#: What ``workflows=[...]`` takes: workflows and keyed objects.
+Definitions = Iterable[WorkflowDef[Any, Any] | ObjectDef[Any]]
 
 
 class _SkippingEnv(RealEnv):
@@ -64,10 +102,10 @@ class TestEngine:
     __test__ = False  # not a pytest test class, whatever its name says
 
     def __init__(
-        self, workflows: Iterable[WorkflowDef[Any, Any]] = (), *, skip_time: bool = True, **options: Any
+        self, workflows: Definitions = (), *, skip_time: bool = True, **options: Unpack[EngineOptions]
     ) -> None:
         self._workflows = list(workflows)
-        self._options = {"park_after": None, **options}
+        self._options: dict[str, Any] = {"park_after": None, **options}
         self._skip_time = skip_time
         self._env: _SkippingEnv | None = None
         self._engine: Engine | None = None
@@ -172,22 +210,28 @@ def _records(journal: list[rec.Record] | str | os.PathLike[str]) -> list[rec.Rec
 
 
 async def replay(
-    journal: list[rec.Record] | str | os.PathLike[str], workflows: Iterable[WorkflowDef[Any, Any]]
+    journal: list[rec.Record] | str | os.PathLike[str], workflows: Definitions,
+    **options: Unpack[EngineOptions],
 ) -> None:
     """Runs ``workflows``' code against a recorded journal, running no step.
 
     Raises :class:`fusee.DeterminismError` naming the position where the code
     no longer does what the journal recorded (an operation added, removed,
     renamed or reordered without ``ctx.patched``), or when a finished run's
-    code now ends differently. A journal of a run still under way replays up
-    to where it stopped. Use it in CI with the journals of production runs.
+    code now ends differently. When the code raised where the journal
+    recorded something else (a bug, or an engine option missing here), that
+    exception is raised itself, with a note saying where. A journal of a run
+    still under way replays up to where it stopped. ``options`` are those of
+    :meth:`fusee.Engine.open` (:class:`EngineOptions`): give the ones the
+    application opens its engine with (``limits=``, ``codec=``...). Use it in
+    CI with the journals of production runs.
     """
     from fusee.runtime.ended import replay_verifying
 
     records = _records(journal)
     start = records[0]
     assert isinstance(start, rec.Start)
-    async with TestEngine(workflows=workflows, skip_time=False) as env:
+    async with TestEngine(workflows, skip_time=False, **options) as env:
         rt = env.engine._rt
         wdef = rt.definition(start.wtype, start.version)
         if wdef is None:
@@ -199,18 +243,24 @@ async def replay(
             raise err
 
 
-async def replay_dir(directory: str | os.PathLike[str], workflows: Iterable[WorkflowDef[Any, Any]]) -> int:
+async def replay_dir(
+    directory: str | os.PathLike[str], workflows: Definitions, **options: Unpack[EngineOptions]
+) -> int:
     """:func:`replay` for every ``.fjnl`` file in ``directory``; returns how many were checked.
 
-    The first divergence raises, its message prefixed with the file's name.
+    The first divergence raises, its message prefixed with the file's name (an
+    exception the code raised gets a note naming the file).
     """
     defs = list(workflows)
     paths = sorted(p for p in os.listdir(directory) if p.endswith(".fjnl"))
     for name in paths:
         try:
-            await replay(os.path.join(directory, name), defs)
+            await replay(os.path.join(directory, name), defs, **options)
         except DeterminismError as e:
             raise DeterminismError(f"{name}: {e.detail}", e.seq) from e
+        except Exception as e:
+            e.add_note(f"replaying {name}")
+            raise
     return len(paths)
 
 
@@ -222,30 +272,40 @@ class CrashCheckFailed(AssertionError):
 
 
 async def crash_everywhere(
-    workflow: WorkflowDef[Any, Any], input: Any = None, *, workflows: Iterable[WorkflowDef[Any, Any]] = (),
-    workflow_id: str = "crash-everywhere",
+    workflow: WorkflowDef[Any, Any], input: Any = None, *, workflows: Definitions = (),
+    workflow_id: str = "crash-everywhere", **options: Unpack[EngineOptions],
 ) -> int:
     """Runs ``workflow`` once, then again from every prefix of its journal, as after a crash there.
 
     Each restart must end with the same result (or the same failure) and must
     not run again a step whose result the prefix holds. Raises
-    :class:`CrashCheckFailed` naming the first cut that breaks either rule;
-    returns the number of cuts checked. Step functions run for real at every
-    restart: keep their effects harmless (or idempotent by ``info.key``).
+    :class:`CrashCheckFailed` naming the first cut that breaks either rule, or
+    when there is no cut to check (the run recorded nothing between its start
+    and its end: it failed at once, say for a limit the engine lacks); returns
+    the number of cuts checked. Step functions run for real at every restart:
+    keep their effects harmless (or idempotent by ``info.key``). ``options``
+    are those of :meth:`fusee.Engine.open` (:class:`EngineOptions`), for the
+    first run and every restart.
     """
     defs = list(workflows) or [workflow]
     if all(d is not workflow for d in defs):
         defs.append(workflow)
-    async with TestEngine(workflows=defs) as env:
+    async with TestEngine(defs, **options) as env:
         await env.start(workflow, workflow_id, input)
         expected = await _outcome(env, workflow_id)
         journal = await env.journal(workflow_id)
     assert isinstance(journal[-1], rec.Done), "the run ended: its journal ends with Done"
     cuts = range(1, len(journal) - 1)
+    if not cuts:
+        raise CrashCheckFailed(
+            f"nothing to check: the run of workflow '{workflow.name}' recorded no operation before it "
+            f"ended {expected!r}, so no crash point lies between its start and its end (pass the engine "
+            "options the workflow needs, e.g. limits=[...], and an input it gets past its start with)"
+        )
     for k in cuts:
         prefix = journal[:k]
         recorded = {r.seq for r in prefix if isinstance(r, rec.Step)}
-        async with TestEngine(workflows=defs) as env:
+        async with TestEngine(defs, **options) as env:
             rt = env.engine._rt
             rt.steps.started = []
             st = WorkflowState(workflow_id, 0)
