@@ -2,9 +2,10 @@
 
 ``TestEngine`` opens an engine on memory in about a millisecond. Whenever
 nothing in it can make progress but a timer (every run sleeps, waits with a
-timeout, or waits for a retry), its clock jumps to the next timer, so a
-workflow that sleeps for 30 days finishes in milliseconds. Step functions
-still run for real, on the real clock.
+timeout, or waits for a retry) and the test only waits (no task of its own
+sleeps on the real clock), its clock jumps to the next timer, so a workflow
+that sleeps for 30 days finishes in milliseconds. Step functions still run
+for real, on the real clock.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import asyncio
 import datetime
 import os
 import random
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from types import TracebackType
 from typing import Any, TypedDict, Unpack
 
@@ -94,9 +95,12 @@ class TestEngine:
 
     ``async with TestEngine(workflows=[...]) as env:`` gives an object with
     every method of the engine (``await env.execute(...)``, ``env.describe``)
-    plus :meth:`skip` and :meth:`now`. Options are those of
-    :meth:`fusee.Engine.open` (runs are not parked unless ``park_after`` is
-    given). With ``skip_time=False`` only :meth:`skip` moves the clock.
+    plus :meth:`skip`, :meth:`until` and :meth:`now`. Options are those of
+    :meth:`fusee.Engine.open` (:class:`EngineOptions`; runs are not parked
+    unless ``park_after`` is given). The clock skips idle time only while no
+    task of the test sleeps on the real clock (a test polling with
+    ``asyncio.sleep`` is busy: poll with :meth:`until` to let it skip). With
+    ``skip_time=False`` only :meth:`skip` moves the clock.
     """
 
     __test__ = False  # not a pytest test class, whatever its name says
@@ -160,8 +164,23 @@ class TestEngine:
         for _ in range(3):
             await asyncio.sleep(0)
 
+    async def until(self, cond: Callable[[], object], *, timeout: float = 10.0) -> None:
+        """Waits until ``cond()`` is true, the clock skipping idle time meanwhile.
+
+        A test that polls with its own ``asyncio.sleep`` is busy on the real
+        clock, so the clock holds still; polling through this call says the
+        test only waits. Raises :class:`TimeoutError` after ``timeout`` real
+        seconds.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while not cond():
+            if loop.time() > deadline:
+                raise TimeoutError(f"the condition did not hold within {timeout} s")
+            await asyncio.sleep(0.001)
+
     def _idle(self) -> bool:
-        """Nothing but a timer can move the engine on."""
+        """Nothing but a timer can move the engine on, and the test only waits (see :meth:`_test_waits`)."""
         rt = self.engine._rt
         committer = self.engine._committer
         return (
@@ -170,7 +189,25 @@ class TestEngine:
             and not rt.log.has_pending()
             and committer.waiters == 0
             and rt.timers.next_due() is not None
+            and self._test_waits()
         )
+
+    def _test_waits(self) -> bool:
+        """No task outside the engine sleeps on the real clock.
+
+        A task in ``asyncio.sleep`` (a test polling a ledger every 10 ms, a
+        helper that acts after a delay) will act soon: skipping an hour before
+        it does would let a run's timeout fire first. A task awaiting the engine
+        (a result, an update), a future or an event only waits, as does one
+        polling through :meth:`until`.
+        """
+        own = self.engine._rt._tasks
+        for task in asyncio.all_tasks():
+            if task is self._skipper or task in own or task.done():
+                continue
+            if _sleeps(task.get_coro()):
+                return False
+        return True
 
     async def _skip_idle(self) -> None:
         env = self._env
@@ -190,6 +227,27 @@ class TestEngine:
                 env.offset_ms += due - now
                 self.engine._rt.timers.rearm()
             quiet = 0
+
+
+def _sleeps(coro: object) -> bool:
+    """Whether the chain of awaits from ``coro`` is in ``asyncio.sleep`` (not through ``TestEngine.until``)."""
+    for _ in range(1000):  # a chain is short; a cycle (never seen) must not hang the skipper
+        code = getattr(coro, "cr_code", None) or getattr(coro, "gi_code", None)
+        if code is _UNTIL_CODE:
+            return False
+        if code is _SLEEP_CODE:
+            return True
+        nxt = getattr(coro, "cr_await", None)
+        if nxt is None:
+            nxt = getattr(coro, "gi_yieldfrom", None)
+        if nxt is None:
+            return False
+        coro = nxt
+    return False
+
+
+_SLEEP_CODE = asyncio.sleep.__code__
+_UNTIL_CODE = TestEngine.until.__code__
 
 
 # --- recorded histories against new code -------------------------------------------

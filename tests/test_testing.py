@@ -268,3 +268,44 @@ def test_fusee_import_replays_with_the_engine_options(tmp_path: Path) -> None:
     assert "replays its" in p.stdout
     p = run("--replay", "limited_app:WORKFLOWS")
     assert p.returncode == 1 and "limit 'api'" in p.stderr and "determinism" not in p.stderr
+
+
+# --- the clock skips only while the test waits too (issue 22, finding 7) ---------------------
+
+stop = fusee.signal("stop")
+LEDGER: list[str] = []
+
+
+@fusee.workflow("watchdog")
+async def watchdog(ctx: fusee.Ctx) -> str:
+    await ctx.step("work", lambda: LEDGER.append("worked"))
+    got = await ctx.wait_for(stop, timeout="1h")
+    return "stopped" if got is not None else "timed out"
+
+
+async def test_the_clock_holds_while_the_test_polls_on_its_own() -> None:
+    LEDGER.clear()
+    async with TestEngine(workflows=[watchdog]) as env:
+        start = env.now()
+        h = await env.start(watchdog, "w-1")
+        # The test is busy (it polls every 10 ms on the real clock): the run's hour must not pass meanwhile.
+        polls = 0
+        while not LEDGER or polls < 5:
+            await asyncio.sleep(0.01)
+            polls += 1 if LEDGER else 0
+        assert env.describe("w-1").status == "running"
+        await h.cancel("the test decided")
+        with pytest.raises(fusee.WorkflowCancelled):
+            await asyncio.wait_for(h.result(), 10)
+        assert (env.now() - start).total_seconds() < 3600
+
+
+async def test_the_clock_skips_while_the_test_awaits_the_engine_or_env_until() -> None:
+    LEDGER.clear()
+    async with TestEngine(workflows=[watchdog]) as env:
+        start = env.now()
+        assert await asyncio.wait_for(env.execute(watchdog, "w-1"), 10) == "timed out"
+        assert (env.now() - start).total_seconds() >= 3600
+        await env.start(watchdog, "w-2")
+        await env.until(lambda: env.describe("w-2").status == "ok", timeout=10)
+        assert (env.now() - start).total_seconds() >= 7200
