@@ -16,7 +16,7 @@ import os
 import random
 from collections.abc import Callable, Iterable
 from types import TracebackType
-from typing import Any, TypedDict, Unpack
+from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 
 from fusee import journal_file
 from fusee import telemetry as telemetry_config
@@ -90,7 +90,15 @@ class _SkippingEnv(RealEnv):
         return super().now_ms() + self.offset_ms
 
 
-class TestEngine:
+if TYPE_CHECKING:
+    # Type checkers see every engine method on a TestEngine, typed as on the engine (at run
+    # time they are the engine's own, reached through __getattr__).
+    _EngineMethods = Engine
+else:
+    _EngineMethods = object
+
+
+class TestEngine(_EngineMethods):
     """An in-memory :class:`fusee.Engine` for tests, with a clock that skips idle time.
 
     ``async with TestEngine(workflows=[...]) as env:`` gives an object with
@@ -111,7 +119,7 @@ class TestEngine:
         self._workflows = list(workflows)
         self._options: dict[str, Any] = {"park_after": None, **options}
         self._skip_time = skip_time
-        self._env: _SkippingEnv | None = None
+        self._clock: _SkippingEnv | None = None
         self._engine: Engine | None = None
         self._skipper: asyncio.Task[None] | None = None
 
@@ -128,9 +136,9 @@ class TestEngine:
     async def __aenter__(self) -> TestEngine:
         # Options of the Env itself: where steps and flushes run.
         env_keys = ("inline_sync_steps", "flush", "step_threads")
-        self._env = _SkippingEnv(**{k: v for k, v in self._options.items() if k in env_keys})
+        self._clock = _SkippingEnv(**{k: v for k, v in self._options.items() if k in env_keys})
         options = {k: v for k, v in self._options.items() if k not in env_keys}
-        self._engine = await Engine.open(None, workflows=self._workflows, env=self._env, **options)
+        self._engine = await Engine.open(None, workflows=self._workflows, env=self._clock, **options)
         if self._skip_time:
             self._skipper = asyncio.get_running_loop().create_task(self._skip_idle())
         return self
@@ -148,18 +156,18 @@ class TestEngine:
             if self._engine is not None:
                 await self._engine.close()
         finally:
-            if self._env is not None:
-                self._env.close()
+            if self._clock is not None:
+                self._clock.close()
 
     def now(self) -> datetime.datetime:
         """The engine's current time (UTC): what ``ctx.now()`` would record."""
-        assert self._env is not None
-        return datetime.datetime.fromtimestamp(self._env.now_ms() / 1000, tz=datetime.UTC)
+        assert self._clock is not None
+        return datetime.datetime.fromtimestamp(self._clock.now_ms() / 1000, tz=datetime.UTC)
 
     async def skip(self, duration: Duration) -> None:
         """Moves the engine's clock forward by ``duration``; what came due runs before this returns."""
-        assert self._env is not None
-        self._env.offset_ms += to_ms(duration)
+        assert self._clock is not None
+        self._clock.offset_ms += to_ms(duration)
         self.engine._rt.timers.rearm()
         for _ in range(3):
             await asyncio.sleep(0)
@@ -210,7 +218,7 @@ class TestEngine:
         return True
 
     async def _skip_idle(self) -> None:
-        env = self._env
+        env = self._clock
         assert env is not None
         quiet = 0
         while True:
