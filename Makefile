@@ -6,9 +6,11 @@ STAMP := $(VENV)/.installed-stamp
 
 .PHONY: demo test lint typecheck unit bench perf clean
 
-$(STAMP): pyproject.toml
+# editable_mode=compat: a plain path in a .pth file rather than an import hook, so that
+# type checkers (mypy, pyright), which do not run import hooks, find fusee and its py.typed.
+$(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --disable-pip-version-check -e '.[dev]'
+	$(PY) -m pip install -q --disable-pip-version-check -e '.[dev]' --config-settings editable_mode=compat
 	touch $(STAMP)
 
 demo: $(STAMP)

@@ -30,6 +30,8 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from typing import Any, Generic, TypeVar
 
+from typing_extensions import TypeVar as DefaultTypeVar
+
 from fusee import codec, sabotage
 from fusee.definitions import QueryDef, UpdateDef, WorkflowDef
 from fusee.errors import (
@@ -41,6 +43,8 @@ from fusee.runtime.context import Ctx
 
 S = TypeVar("S")
 R = TypeVar("R")
+#: A handler's argument type; ``Handler[int]`` (no argument type given) means ``Handler[int, Any]``.
+A = DefaultTypeVar("A", default=Any)
 
 #: The update that carries a call: {"h": handler, "id": call ID, "a": argument as JSON}.
 CALL = UpdateDef[Any]("fusee.object.call")
@@ -65,9 +69,13 @@ class ObjectState(Generic[S]):
     version: int
 
 
-class Handler(Generic[R]):
+class Handler(Generic[R, A]):
     """A handler of an object, made by ``@obj.exclusive`` or ``@obj.shared``; call it with
-    ``await engine.call(handler, key, arg)``."""
+    ``await engine.call(handler, key, arg)``.
+
+    ``Handler[R, A]``: its result type ``R`` and argument type ``A`` (None for a
+    handler without argument), which type checkers check at ``engine.call``.
+    """
 
     __slots__ = ("arg_type", "fn", "kind", "name", "obj", "result_type", "takes_arg")
 
@@ -118,15 +126,27 @@ class ObjectDef(Generic[S]):
 
     # --- declaring -------------------------------------------------------------------
 
-    def exclusive(self, fn: Callable[..., Awaitable[R]]) -> Handler[R]:
+    @typing.overload
+    def exclusive(self, fn: Callable[[ObjectCtx[S]], Awaitable[R]]) -> Handler[R, None]: ...
+
+    @typing.overload
+    def exclusive(self, fn: Callable[[ObjectCtx[S], A], Awaitable[R]]) -> Handler[R, A]: ...
+
+    def exclusive(self, fn: Callable[..., Awaitable[R]]) -> Handler[R, Any]:
         """Declares a handler that may write the state: one runs at a time per key, in arrival order."""
         return self._add(Handler(self, fn, "exclusive"))
 
-    def shared(self, fn: Callable[..., Awaitable[R]]) -> Handler[R]:
+    @typing.overload
+    def shared(self, fn: Callable[[ObjectCtx[S]], Awaitable[R]]) -> Handler[R, None]: ...
+
+    @typing.overload
+    def shared(self, fn: Callable[[ObjectCtx[S], A], Awaitable[R]]) -> Handler[R, A]: ...
+
+    def shared(self, fn: Callable[..., Awaitable[R]]) -> Handler[R, Any]:
         """Declares a handler that reads the state: several run at once, never beside an exclusive one."""
         return self._add(Handler(self, fn, "shared"))
 
-    def _add(self, h: Handler[R]) -> Handler[R]:
+    def _add(self, h: Handler[R, Any]) -> Handler[R, Any]:
         if h.name in self.handlers:
             raise ValueError(f"object {self.name!r} has two handlers named {h.name!r}")
         self.handlers[h.name] = h
@@ -283,7 +303,8 @@ def object(
     """Declares a keyed object whose state is of type ``state``.
 
     ``initial`` is a key's state before its first write (default: ``state()``
-    when that works, else None). After ``calls_per_run`` calls a key's run
+    when that works, the empty value of a generic alias's origin for
+    ``list[str]``, ``dict[str, int]`` and the like, else None). After ``calls_per_run`` calls a key's run
     continues as new (its journal stays small); the answers of its last
     ``remember_calls`` call IDs are kept, so a call ID repeated within that
     many later calls of the same key gets the same answer (an older one runs
@@ -295,8 +316,10 @@ def object(
         if not isinstance(n, int) or isinstance(n, bool) or n < 1:
             raise ValueError(f"object {name!r}: {what} must be a positive int, got {n!r}")
     if initial is ...:
+        # A generic alias (list[str], dict[str, int]) is not a type: its origin makes the empty value.
+        make = state if isinstance(state, type) else typing.get_origin(state)
         try:
-            initial = state() if isinstance(state, type) else None
+            initial = make() if isinstance(make, type) else None
         except Exception:
             initial = None
     return ObjectDef(name, state, initial, calls_per_run, remember_calls)

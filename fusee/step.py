@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Callable
-from typing import Any, ParamSpec, TypeVar, overload
+from collections.abc import Awaitable, Callable
+from typing import Any, ParamSpec, Protocol, TypeVar, overload
 
 from fusee.errors import NotInAStep
 from fusee.retry import Retry
@@ -39,8 +39,25 @@ def step_info() -> StepInfo:
     return make()
 
 
+class StepDecorator(Protocol):
+    """What ``@fusee.step(...)`` with options applies (see :func:`step`)."""
+
+    @overload
+    def __call__(self, fn: Callable[P, Awaitable[R]], /) -> Callable[P, Awaitable[R]]: ...
+
+    @overload
+    def __call__(self, fn: Callable[P, R], /) -> Callable[P, Awaitable[R]]: ...
+
+
+# How type checkers see a step function: as workflow code uses it (``await charge(order)``),
+# a synchronous one too. Called outside workflow code it returns the plain result at run
+# time; ``charge.__wrapped__`` is the undecorated function for such calls.
 @overload
-def step(fn: Callable[P, R], /) -> Callable[P, R]: ...
+def step(fn: Callable[P, Awaitable[R]], /) -> Callable[P, Awaitable[R]]: ...
+
+
+@overload
+def step(fn: Callable[P, R], /) -> Callable[P, Awaitable[R]]: ...
 
 
 @overload
@@ -52,7 +69,7 @@ def step(
     read_only: bool = False,
     heartbeat_timeout: Duration | None = None,
     blocking: bool | None = None,
-) -> Callable[[Callable[P, R]], Callable[P, R]]: ...
+) -> StepDecorator: ...
 
 
 def step(

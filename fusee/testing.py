@@ -2,9 +2,10 @@
 
 ``TestEngine`` opens an engine on memory in about a millisecond. Whenever
 nothing in it can make progress but a timer (every run sleeps, waits with a
-timeout, or waits for a retry), its clock jumps to the next timer, so a
-workflow that sleeps for 30 days finishes in milliseconds. Step functions
-still run for real, on the real clock.
+timeout, or waits for a retry) and the test only waits (no task of its own
+sleeps on the real clock), its clock jumps to the next timer, so a workflow
+that sleeps for 30 days finishes in milliseconds. Step functions still run
+for real, on the real clock.
 """
 
 from __future__ import annotations
@@ -13,17 +14,22 @@ import asyncio
 import datetime
 import os
 import random
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 
 from fusee import journal_file
+from fusee import telemetry as telemetry_config
 from fusee.core import journal as jm
 from fusee.core import records as rec
 from fusee.definitions import WorkflowDef
 from fusee.durations import to_ms
+from fusee.encryption import Codec
 from fusee.engine.engine import Engine
 from fusee.errors import DeterminismError, FuseeError
+from fusee.limits import Limit
+from fusee.objects import ObjectDef
+from fusee.retry import Retry
 from fusee.runtime.context import Duration
 from fusee.runtime.env import RealEnv
 from fusee.runtime.table import WorkflowState
@@ -31,6 +37,7 @@ from fusee.storage.simdisk import SimDisk
 
 __all__ = [
     "CrashCheckFailed",
+    "EngineOptions",
     "TestEngine",
     "crash_everywhere",
     "journal_json",
@@ -38,6 +45,38 @@ __all__ = [
     "replay",
     "replay_dir",
 ]
+
+
+class EngineOptions(TypedDict, total=False):
+    """The options of :meth:`fusee.Engine.open` that an engine on memory takes (same meaning).
+
+    :class:`TestEngine`, :func:`replay`, :func:`replay_dir` and
+    :func:`crash_everywhere` take them as keyword arguments: open the engine
+    under test as the application opens its own (its ``limits``, its
+    ``codec``...), or the code meets an engine it was not written for.
+    """
+
+    shards: int | None
+    retry: Retry | None
+    inline_sync_steps: bool | None
+    flush: str | None
+    step_threads: int
+    segment_bytes: int | None
+    blob_threshold: int
+    checkpoint_every: int
+    checkpoint_interval: float | None
+    checkpoint_bytes: int | None
+    park_after: float | None
+    max_loaded: int | None
+    retention: float | None
+    keep_history: bool
+    codec: Codec | None
+    limits: Iterable[Limit]
+    telemetry: bool | telemetry_config.Telemetry | None
+
+
+#: What ``workflows=[...]`` takes: workflows and keyed objects.
+Definitions = Iterable[WorkflowDef[Any, Any] | ObjectDef[Any]]
 
 
 class _SkippingEnv(RealEnv):
@@ -51,25 +90,36 @@ class _SkippingEnv(RealEnv):
         return super().now_ms() + self.offset_ms
 
 
-class TestEngine:
+if TYPE_CHECKING:
+    # Type checkers see every engine method on a TestEngine, typed as on the engine (at run
+    # time they are the engine's own, reached through __getattr__).
+    _EngineMethods = Engine
+else:
+    _EngineMethods = object
+
+
+class TestEngine(_EngineMethods):
     """An in-memory :class:`fusee.Engine` for tests, with a clock that skips idle time.
 
     ``async with TestEngine(workflows=[...]) as env:`` gives an object with
     every method of the engine (``await env.execute(...)``, ``env.describe``)
-    plus :meth:`skip` and :meth:`now`. Options are those of
-    :meth:`fusee.Engine.open` (runs are not parked unless ``park_after`` is
-    given). With ``skip_time=False`` only :meth:`skip` moves the clock.
+    plus :meth:`skip`, :meth:`until` and :meth:`now`. Options are those of
+    :meth:`fusee.Engine.open` (:class:`EngineOptions`; runs are not parked
+    unless ``park_after`` is given). The clock skips idle time only while no
+    task of the test sleeps on the real clock (a test polling with
+    ``asyncio.sleep`` is busy: poll with :meth:`until` to let it skip). With
+    ``skip_time=False`` only :meth:`skip` moves the clock.
     """
 
     __test__ = False  # not a pytest test class, whatever its name says
 
     def __init__(
-        self, workflows: Iterable[WorkflowDef[Any, Any]] = (), *, skip_time: bool = True, **options: Any
+        self, workflows: Definitions = (), *, skip_time: bool = True, **options: Unpack[EngineOptions]
     ) -> None:
         self._workflows = list(workflows)
-        self._options = {"park_after": None, **options}
+        self._options: dict[str, Any] = {"park_after": None, **options}
         self._skip_time = skip_time
-        self._env: _SkippingEnv | None = None
+        self._clock: _SkippingEnv | None = None
         self._engine: Engine | None = None
         self._skipper: asyncio.Task[None] | None = None
 
@@ -86,9 +136,9 @@ class TestEngine:
     async def __aenter__(self) -> TestEngine:
         # Options of the Env itself: where steps and flushes run.
         env_keys = ("inline_sync_steps", "flush", "step_threads")
-        self._env = _SkippingEnv(**{k: v for k, v in self._options.items() if k in env_keys})
+        self._clock = _SkippingEnv(**{k: v for k, v in self._options.items() if k in env_keys})
         options = {k: v for k, v in self._options.items() if k not in env_keys}
-        self._engine = await Engine.open(None, workflows=self._workflows, env=self._env, **options)
+        self._engine = await Engine.open(None, workflows=self._workflows, env=self._clock, **options)
         if self._skip_time:
             self._skipper = asyncio.get_running_loop().create_task(self._skip_idle())
         return self
@@ -106,24 +156,39 @@ class TestEngine:
             if self._engine is not None:
                 await self._engine.close()
         finally:
-            if self._env is not None:
-                self._env.close()
+            if self._clock is not None:
+                self._clock.close()
 
     def now(self) -> datetime.datetime:
         """The engine's current time (UTC): what ``ctx.now()`` would record."""
-        assert self._env is not None
-        return datetime.datetime.fromtimestamp(self._env.now_ms() / 1000, tz=datetime.UTC)
+        assert self._clock is not None
+        return datetime.datetime.fromtimestamp(self._clock.now_ms() / 1000, tz=datetime.UTC)
 
     async def skip(self, duration: Duration) -> None:
         """Moves the engine's clock forward by ``duration``; what came due runs before this returns."""
-        assert self._env is not None
-        self._env.offset_ms += to_ms(duration)
+        assert self._clock is not None
+        self._clock.offset_ms += to_ms(duration)
         self.engine._rt.timers.rearm()
         for _ in range(3):
             await asyncio.sleep(0)
 
+    async def until(self, cond: Callable[[], object], *, timeout: float = 10.0) -> None:
+        """Waits until ``cond()`` is true, the clock skipping idle time meanwhile.
+
+        A test that polls with its own ``asyncio.sleep`` is busy on the real
+        clock, so the clock holds still; polling through this call says the
+        test only waits. Raises :class:`TimeoutError` after ``timeout`` real
+        seconds.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while not cond():
+            if loop.time() > deadline:
+                raise TimeoutError(f"the condition did not hold within {timeout} s")
+            await asyncio.sleep(0.001)
+
     def _idle(self) -> bool:
-        """Nothing but a timer can move the engine on."""
+        """Nothing but a timer can move the engine on, and the test only waits (see :meth:`_test_waits`)."""
         rt = self.engine._rt
         committer = self.engine._committer
         return (
@@ -132,10 +197,28 @@ class TestEngine:
             and not rt.log.has_pending()
             and committer.waiters == 0
             and rt.timers.next_due() is not None
+            and self._test_waits()
         )
 
+    def _test_waits(self) -> bool:
+        """No task outside the engine sleeps on the real clock.
+
+        A task in ``asyncio.sleep`` (a test polling a ledger every 10 ms, a
+        helper that acts after a delay) will act soon: skipping an hour before
+        it does would let a run's timeout fire first. A task awaiting the engine
+        (a result, an update), a future or an event only waits, as does one
+        polling through :meth:`until`.
+        """
+        own = self.engine._rt._tasks
+        for task in asyncio.all_tasks():
+            if task is self._skipper or task in own or task.done():
+                continue
+            if _sleeps(task.get_coro()):
+                return False
+        return True
+
     async def _skip_idle(self) -> None:
-        env = self._env
+        env = self._clock
         assert env is not None
         quiet = 0
         while True:
@@ -152,6 +235,27 @@ class TestEngine:
                 env.offset_ms += due - now
                 self.engine._rt.timers.rearm()
             quiet = 0
+
+
+def _sleeps(coro: object) -> bool:
+    """Whether the chain of awaits from ``coro`` is in ``asyncio.sleep`` (not through ``TestEngine.until``)."""
+    for _ in range(1000):  # a chain is short; a cycle (never seen) must not hang the skipper
+        code = getattr(coro, "cr_code", None) or getattr(coro, "gi_code", None)
+        if code is _UNTIL_CODE:
+            return False
+        if code is _SLEEP_CODE:
+            return True
+        nxt = getattr(coro, "cr_await", None)
+        if nxt is None:
+            nxt = getattr(coro, "gi_yieldfrom", None)
+        if nxt is None:
+            return False
+        coro = nxt
+    return False
+
+
+_SLEEP_CODE = asyncio.sleep.__code__
+_UNTIL_CODE = TestEngine.until.__code__
 
 
 # --- recorded histories against new code -------------------------------------------
@@ -172,22 +276,28 @@ def _records(journal: list[rec.Record] | str | os.PathLike[str]) -> list[rec.Rec
 
 
 async def replay(
-    journal: list[rec.Record] | str | os.PathLike[str], workflows: Iterable[WorkflowDef[Any, Any]]
+    journal: list[rec.Record] | str | os.PathLike[str], workflows: Definitions,
+    **options: Unpack[EngineOptions],
 ) -> None:
     """Runs ``workflows``' code against a recorded journal, running no step.
 
     Raises :class:`fusee.DeterminismError` naming the position where the code
     no longer does what the journal recorded (an operation added, removed,
     renamed or reordered without ``ctx.patched``), or when a finished run's
-    code now ends differently. A journal of a run still under way replays up
-    to where it stopped. Use it in CI with the journals of production runs.
+    code now ends differently. When the code raised where the journal
+    recorded something else (a bug, or an engine option missing here), that
+    exception is raised itself, with a note saying where. A journal of a run
+    still under way replays up to where it stopped. ``options`` are those of
+    :meth:`fusee.Engine.open` (:class:`EngineOptions`): give the ones the
+    application opens its engine with (``limits=``, ``codec=``...). Use it in
+    CI with the journals of production runs.
     """
     from fusee.runtime.ended import replay_verifying
 
     records = _records(journal)
     start = records[0]
     assert isinstance(start, rec.Start)
-    async with TestEngine(workflows=workflows, skip_time=False) as env:
+    async with TestEngine(workflows, skip_time=False, **options) as env:
         rt = env.engine._rt
         wdef = rt.definition(start.wtype, start.version)
         if wdef is None:
@@ -199,18 +309,24 @@ async def replay(
             raise err
 
 
-async def replay_dir(directory: str | os.PathLike[str], workflows: Iterable[WorkflowDef[Any, Any]]) -> int:
+async def replay_dir(
+    directory: str | os.PathLike[str], workflows: Definitions, **options: Unpack[EngineOptions]
+) -> int:
     """:func:`replay` for every ``.fjnl`` file in ``directory``; returns how many were checked.
 
-    The first divergence raises, its message prefixed with the file's name.
+    The first divergence raises, its message prefixed with the file's name (an
+    exception the code raised gets a note naming the file).
     """
     defs = list(workflows)
     paths = sorted(p for p in os.listdir(directory) if p.endswith(".fjnl"))
     for name in paths:
         try:
-            await replay(os.path.join(directory, name), defs)
+            await replay(os.path.join(directory, name), defs, **options)
         except DeterminismError as e:
             raise DeterminismError(f"{name}: {e.detail}", e.seq) from e
+        except Exception as e:
+            e.add_note(f"replaying {name}")
+            raise
     return len(paths)
 
 
@@ -222,30 +338,40 @@ class CrashCheckFailed(AssertionError):
 
 
 async def crash_everywhere(
-    workflow: WorkflowDef[Any, Any], input: Any = None, *, workflows: Iterable[WorkflowDef[Any, Any]] = (),
-    workflow_id: str = "crash-everywhere",
+    workflow: WorkflowDef[Any, Any], input: Any = None, *, workflows: Definitions = (),
+    workflow_id: str = "crash-everywhere", **options: Unpack[EngineOptions],
 ) -> int:
     """Runs ``workflow`` once, then again from every prefix of its journal, as after a crash there.
 
     Each restart must end with the same result (or the same failure) and must
     not run again a step whose result the prefix holds. Raises
-    :class:`CrashCheckFailed` naming the first cut that breaks either rule;
-    returns the number of cuts checked. Step functions run for real at every
-    restart: keep their effects harmless (or idempotent by ``info.key``).
+    :class:`CrashCheckFailed` naming the first cut that breaks either rule, or
+    when there is no cut to check (the run recorded nothing between its start
+    and its end: it failed at once, say for a limit the engine lacks); returns
+    the number of cuts checked. Step functions run for real at every restart:
+    keep their effects harmless (or idempotent by ``info.key``). ``options``
+    are those of :meth:`fusee.Engine.open` (:class:`EngineOptions`), for the
+    first run and every restart.
     """
     defs = list(workflows) or [workflow]
     if all(d is not workflow for d in defs):
         defs.append(workflow)
-    async with TestEngine(workflows=defs) as env:
+    async with TestEngine(defs, **options) as env:
         await env.start(workflow, workflow_id, input)
         expected = await _outcome(env, workflow_id)
         journal = await env.journal(workflow_id)
     assert isinstance(journal[-1], rec.Done), "the run ended: its journal ends with Done"
     cuts = range(1, len(journal) - 1)
+    if not cuts:
+        raise CrashCheckFailed(
+            f"nothing to check: the run of workflow '{workflow.name}' recorded no operation before it "
+            f"ended {expected!r}, so no crash point lies between its start and its end (pass the engine "
+            "options the workflow needs, e.g. limits=[...], and an input it gets past its start with)"
+        )
     for k in cuts:
         prefix = journal[:k]
         recorded = {r.seq for r in prefix if isinstance(r, rec.Step)}
-        async with TestEngine(workflows=defs) as env:
+        async with TestEngine(defs, **options) as env:
             rt = env.engine._rt
             rt.steps.started = []
             st = WorkflowState(workflow_id, 0)

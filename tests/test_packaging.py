@@ -48,3 +48,19 @@ def test_the_wheel_installs_and_runs_the_quick_start(tmp_path: Path) -> None:
                             "os.path.dirname(fusee.__file__), 'py.typed')))"],
                            capture_output=True, text=True, check=True, cwd=tmp_path).stdout.strip()
     assert typed == "True"
+
+
+def test_type_checkers_find_the_development_install(tmp_path: Path) -> None:
+    """``make``'s editable install is a plain path (editable_mode=compat), not an import hook that
+    type checkers cannot run: mypy in another directory finds fusee, its py.typed and its types."""
+    (tmp_path / "app.py").write_text(
+        "import fusee\n\n"
+        "@fusee.workflow('w')\n"
+        "async def w(ctx: fusee.Ctx, n: int) -> int:\n"
+        "    doubled: int = await ctx.step('double', lambda: n * 2)\n"
+        "    return doubled\n\n"
+        "text: str = w  # type: ignore[assignment]\n"
+    )
+    run = subprocess.run([sys.executable, "-m", "mypy", "--strict", "--warn-unused-ignores", "--no-incremental",
+                          "app.py"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr

@@ -477,13 +477,18 @@ def export_(args: tuple[str, ...], url: str | None, token: str | None) -> None:
 @click.option("--replay", "replay", metavar="MODULE:ATTR",
               help="Replay the journal against these workflows (a list of @fusee.workflow functions): "
                    "exit 1 if the code no longer does what it recorded.")
+@click.option("--options", "options", metavar="MODULE:ATTR",
+              help="With --replay: the engine options to replay with, a dict of Engine.open keyword "
+                   "options (fusee.testing.EngineOptions: limits=, codec=...).")
 @_json
-def import_(path: str, replay: str | None, as_json: bool) -> None:
+def import_(path: str, replay: str | None, options: str | None, as_json: bool) -> None:
     """Read a .fjnl journal file: show its timeline, or check new code against it (--replay)."""
     from fusee import journal_file, views
     from fusee.cli import render
 
     records = journal_file.read(path)
+    if options is not None and replay is None:
+        raise click.UsageError("--options applies to --replay: give the workflows to replay with too")
     if replay is not None:
         import asyncio
 
@@ -493,7 +498,11 @@ def import_(path: str, replay: str | None, as_json: bool) -> None:
         workflows = load_factory(replay)
         if not isinstance(workflows, list | tuple):
             workflows = [workflows]
-        asyncio.run(replay_journal(records, workflows))
+        engine_options = load_factory(options) if options is not None else {}
+        if not isinstance(engine_options, dict):
+            raise click.UsageError(f"--options {options} must name a dict of Engine.open options, "
+                                   f"not a {type(engine_options).__name__}")
+        asyncio.run(replay_journal(records, workflows, **engine_options))
         click.echo(f"{path}: the code replays its {len(records)} records")
         return
     timeline = views.timeline(records)

@@ -549,6 +549,10 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
             codec=codec,
         )
         self._rt.keep_history = bool(keep_history)
+        if read_only:
+            # A view advances nothing: a parked run's wake-up that came due while the
+            # directory was closed must not replay its code here (it would diverge).
+            self._rt.timers.close()
         self._telemetry = None
         if tel_config is not None and not read_only:
             from fusee.otel import OTelTelemetry
@@ -982,6 +986,10 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
         if not isinstance(query, QueryDef):
             raise TypeError(f"query takes a query made with fusee.query(...), got {query!r}")
         wid = self._check_id(workflow_id)
+        # One turn of the loop per call (a bare yield, no Future): an answer that is
+        # durable already would otherwise never yield, and a caller polling in a loop
+        # would starve the run it waits for.
+        await asyncio.sleep(0)
         st = self._rt.current(wid)
         if not st.running:
             # The run ended: its code is gone, a read-only replay answers (during retention).
@@ -1265,6 +1273,7 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
     async def journal(self, workflow_id: str) -> list[rec.Record]:
         """The durable records of the workflow's current run, in journal order."""
         self._check_open()
+        await asyncio.sleep(0)  # a turn of the loop per call: a caller may poll this (see query)
         st = self._rt.current(self._check_id(workflow_id))
         durable = self._rt.durable(st.shard)
         journal, lsns = self._rt.journal_of(st)
@@ -1296,6 +1305,7 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
             raise ValueError(f"offset must be an int >= 0, got {offset!r}")
         loop = asyncio.get_running_loop()
         deadline = loop.time() + (to_ms(wait) / 1000 if wait is not None else 0)
+        await asyncio.sleep(0)  # a turn of the loop per call: a caller may poll this (see query)
         while True:
             st = self._rt.current(wid)
             journal, lsns = self._rt.journal_of(st)

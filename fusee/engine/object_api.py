@@ -8,7 +8,7 @@ the key's journal before its answer comes back.
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from fusee import sabotage
 from fusee.errors import (
@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 
 R = TypeVar("R")
 S = TypeVar("S")
+A = TypeVar("A")
 
 #: How often a call is offered again when the key's run handed over (continue-as-new) meanwhile.
 _HANDOVER_RETRIES = 1000
@@ -34,7 +35,13 @@ _HANDOVER_RETRIES = 1000
 class ObjectCalls:
     """Mixed into :class:`fusee.Engine`."""
 
-    async def call(self, handler: Handler[R], key: str, arg: Any = None, *, call_id: str | None = None) -> R:
+    @overload
+    async def call(self, handler: Handler[R, None], key: str, arg: None = None, *, call_id: str | None = None) -> R: ...
+
+    @overload
+    async def call(self, handler: Handler[R, A], key: str, arg: A, *, call_id: str | None = None) -> R: ...
+
+    async def call(self, handler: Handler[R, Any], key: str, arg: Any = None, *, call_id: str | None = None) -> R:
         """Runs ``handler`` of its object for ``key`` and returns its result once durable.
 
         Exclusive handlers of one key run one at a time in arrival order; shared

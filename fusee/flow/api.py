@@ -10,7 +10,7 @@ import asyncio
 import dataclasses
 import datetime
 from collections.abc import Generator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 import msgspec
 
@@ -31,6 +31,9 @@ from fusee.flow.rules import Receipt
 
 if TYPE_CHECKING:
     from fusee.runtime.runtime import Runtime
+
+In = TypeVar("In")
+E = TypeVar("E")
 
 #: The built-in workflows every engine registers.
 BUILTINS: tuple[WorkflowDef[Any, Any], ...] = (schedules.schedule_run, windows.coordinator)
@@ -91,8 +94,9 @@ class ScheduleList(list[ScheduleInfo]):
     """The schedules: a list, which may also be awaited (``await engine.schedules()``)."""
 
     def __await__(self) -> Generator[Any, None, ScheduleList]:
-        if False:  # pragma: no cover - makes this a generator that returns at once
-            yield None
+        # One bare yield: a turn of the event loop (as asyncio.sleep(0)), so a caller
+        # polling ``await engine.schedules()`` in a loop lets the schedules run.
+        yield None
         return self
 
 
@@ -122,6 +126,38 @@ class FlowAPI:
         return self
 
     # --- schedules -------------------------------------------------------------
+
+    @overload
+    async def schedule(
+        self,
+        schedule_id: str,
+        workflow: WorkflowDef[In, Any],
+        input: In = None,  # type: ignore[assignment]  # None for a workflow without input
+        *,
+        every: Any = None,
+        cron: str | None = None,
+        timezone: str = "UTC",
+        jitter: Any = None,
+        overlap: str = "skip",
+        catchup_window: Any = "1h",
+        paused: bool = False,
+    ) -> None: ...
+
+    @overload
+    async def schedule(
+        self,
+        schedule_id: str,
+        workflow: str,
+        input: Any = None,
+        *,
+        every: Any = None,
+        cron: str | None = None,
+        timezone: str = "UTC",
+        jitter: Any = None,
+        overlap: str = "skip",
+        catchup_window: Any = "1h",
+        paused: bool = False,
+    ) -> None: ...
 
     async def schedule(
         self,
@@ -243,6 +279,14 @@ class FlowAPI:
         return ScheduleInfo.of(await self._schedule_state(schedule_id, {"op": "delete"}))
 
     # --- windows ---------------------------------------------------------------
+
+    @overload
+    async def enqueue(
+        self, workflow: WorkflowDef[list[E], Any], key: str, event: E, *, event_id: str | None = None,
+    ) -> Receipt: ...
+
+    @overload
+    async def enqueue(self, workflow: str, key: str, event: Any, *, event_id: str | None = None) -> Receipt: ...
 
     async def enqueue(
         self,

@@ -13,7 +13,7 @@ import functools
 import inspect
 import uuid
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, TypeVarTuple, overload
 
 from fusee.definitions import QueryDef, SignalDef, UpdateDef, WorkflowDef
 from fusee.errors import FuseeError
@@ -23,6 +23,10 @@ if TYPE_CHECKING:
     from fusee.runtime.run import Run
 
 T = TypeVar("T")
+R = TypeVar("R")
+In = TypeVar("In")
+P = ParamSpec("P")
+Ts = TypeVarTuple("Ts")
 
 Duration = float | int | datetime.timedelta | str
 
@@ -274,7 +278,68 @@ class Ctx:
 
     # --- operations -----------------------------------------------------
 
+    # How type checkers see ctx.step: the result is the function's (awaited, for an async
+    # one), its arguments are checked against it. PEP 612 puts nothing between P.args and
+    # P.kwargs, so the function's keyword arguments (ParamSpec overloads) and the step's
+    # options (TypeVarTuple overloads, positional arguments only) are typed in separate
+    # overloads; a call with both takes functools.partial (or a lambda). Each shape comes
+    # without a StepInfo first parameter and with one, async before sync.
+    @overload
     def step(
+        self, name: str, fn: Callable[..., Any], *args: Any, result_type: type[T], retry: Retry | None = None,
+        timeout: Duration | None = None, read_only: bool = False, heartbeat_timeout: Duration | None = None,
+        limit: str | None = None, priority: int = 0, fairness_key: str | None = None, **kwargs: Any,
+    ) -> Awaitable[T]: ...
+
+    @overload
+    def step(self, name: str, fn: Callable[P, Awaitable[R]], *args: P.args, **kwargs: P.kwargs) -> Awaitable[R]: ...
+
+    @overload
+    def step(self, name: str, fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> Awaitable[R]: ...
+
+    @overload
+    def step(
+        self, name: str, fn: Callable[Concatenate[StepInfo, P], Awaitable[R]], *args: P.args, **kwargs: P.kwargs,
+    ) -> Awaitable[R]: ...
+
+    @overload
+    def step(
+        self, name: str, fn: Callable[Concatenate[StepInfo, P], R], *args: P.args, **kwargs: P.kwargs,
+    ) -> Awaitable[R]: ...
+
+    @overload
+    def step(
+        self, name: str, fn: Callable[[*Ts], Awaitable[R]], *args: *Ts, retry: Retry | None = None,
+        timeout: Duration | None = None, read_only: bool = False, result_type: None = None,
+        heartbeat_timeout: Duration | None = None, limit: str | None = None, priority: int = 0,
+        fairness_key: str | None = None,
+    ) -> Awaitable[R]: ...
+
+    @overload
+    def step(
+        self, name: str, fn: Callable[[*Ts], R], *args: *Ts, retry: Retry | None = None,
+        timeout: Duration | None = None, read_only: bool = False, result_type: None = None,
+        heartbeat_timeout: Duration | None = None, limit: str | None = None, priority: int = 0,
+        fairness_key: str | None = None,
+    ) -> Awaitable[R]: ...
+
+    @overload
+    def step(
+        self, name: str, fn: Callable[[StepInfo, *Ts], Awaitable[R]], *args: *Ts, retry: Retry | None = None,
+        timeout: Duration | None = None, read_only: bool = False, result_type: None = None,
+        heartbeat_timeout: Duration | None = None, limit: str | None = None, priority: int = 0,
+        fairness_key: str | None = None,
+    ) -> Awaitable[R]: ...
+
+    @overload
+    def step(
+        self, name: str, fn: Callable[[StepInfo, *Ts], R], *args: *Ts, retry: Retry | None = None,
+        timeout: Duration | None = None, read_only: bool = False, result_type: None = None,
+        heartbeat_timeout: Duration | None = None, limit: str | None = None, priority: int = 0,
+        fairness_key: str | None = None,
+    ) -> Awaitable[R]: ...
+
+    def step(  # type: ignore[misc]  # mypy cannot match an implementation to TypeVarTuple overloads
         self,
         name: str,
         fn: Callable[..., Any],
@@ -325,6 +390,18 @@ class Ctx:
             fn = bind_step_args(fn, args, kwargs)
         return self._run.op_step(name, fn, retry, timeout, read_only, result_type, heartbeat_timeout, req)
 
+    @overload
+    def await_completion(
+        self, name: str, fn: Callable[..., Any], *, retry: Retry | None = None, timeout: Duration | None = None,
+        result_type: type[T],
+    ) -> Awaitable[T]: ...
+
+    @overload
+    def await_completion(
+        self, name: str, fn: Callable[..., Any], *, retry: Retry | None = None, timeout: Duration | None = None,
+        result_type: None = None,
+    ) -> Awaitable[Any]: ...
+
     def await_completion(
         self,
         name: str,
@@ -359,9 +436,9 @@ class Ctx:
 
     def child(
         self,
-        workflow: WorkflowDef[Any, T],
+        workflow: WorkflowDef[In, T],
         workflow_id: str,
-        input: Any = None,
+        input: In = None,  # type: ignore[assignment]  # None for a workflow without input
         *,
         close_policy: str = "terminate",
         timeout: Duration | None = None,
@@ -378,9 +455,9 @@ class Ctx:
 
     def start_child(
         self,
-        workflow: WorkflowDef[Any, Any],
+        workflow: WorkflowDef[In, Any],
         workflow_id: str,
-        input: Any = None,
+        input: In = None,  # type: ignore[assignment]  # None for a workflow without input
         *,
         close_policy: str = "abandon",
     ) -> Awaitable[ChildHandle]:

@@ -63,12 +63,28 @@ class _ReadOnlyRuntime:
     def check_registered(self, workflow: Any) -> Any:
         return self._rt.check_registered(workflow)
 
+    @property
+    def limiter(self) -> Any:
+        # ``ctx.step(..., limit=...)`` checks its options against the engine's limits
+        # (pure); taking a permit is acting, and no step runs here anyway.
+        return _ReadOnlyLimiter(self._rt.limiter)
+
     def __getattr__(self, name: str) -> Any:
         # Plain settings and flags read through; anything that could act (a
         # method, an object with methods) is replaced by a no-op.
         value = getattr(self._rt, name, None)
         if value is None or isinstance(value, bool | int | float | str):
             return value
+        return _ignored
+
+
+class _ReadOnlyLimiter:
+    """The engine's limits as a replay sees them: a step's limit options are checked, nothing is taken."""
+
+    def __init__(self, limiter: Any) -> None:
+        self.request = limiter.request
+
+    def __getattr__(self, name: str) -> Any:
         return _ignored
 
 
@@ -161,7 +177,29 @@ def replay_read_only(
 
 
 class _VerifyRun(_ReplayRun):
-    """A read-only replay that also checks how a finished run ends."""
+    """A read-only replay that also checks how a finished run ends.
+
+    When the code raised where the journal recorded something else, the
+    exception it raised is the finding (``raised``), not the divergence it
+    causes: a bug, or an engine option the replay lacks, is reported as itself.
+    """
+
+    raised: BaseException | None = None
+
+    def _code_raised(self) -> BaseException | None:
+        task = self.task
+        if task is None or not task.done() or task.cancelled():
+            return None
+        exc = task.exception()
+        if exc is None or isinstance(exc, DeterminismError) or type(exc).__name__ == "ContinueAsNew":
+            return None
+        return exc
+
+    def _fail_determinism(self, err: Any) -> None:
+        # The code stopped early (it raised) while the journal still holds deliveries.
+        if self.raised is None and self.stuck is None:
+            self.raised = self._code_raised()
+        super()._fail_determinism(err)
 
     def _finish(self, task: asyncio.Task[Any]) -> None:
         self.finished = True
@@ -169,6 +207,7 @@ class _VerifyRun(_ReplayRun):
         try:
             self.machine.check_end()
         except DeterminismError as e:
+            self.raised = self._code_raised()
             self.stuck = e
             return
         if recorded is None:
@@ -189,6 +228,8 @@ class _VerifyRun(_ReplayRun):
         if recorded[0] in (rec.Status.TERMINATED, rec.Status.TIMED_OUT):
             return  # ended from outside: the code had no say
         if status != recorded[0] and not (recorded[0] == rec.Status.CANCELLED and status == rec.Status.FAILED):
+            if status == rec.Status.FAILED:
+                self.raised = self._code_raised()
             self.stuck = DeterminismError(
                 f"the run ended {recorded[0].name.lower()} but the code now ends {status.name.lower()}"
             )
@@ -196,13 +237,19 @@ class _VerifyRun(_ReplayRun):
 
 def replay_verifying(
     rt: Runtime, st: WorkflowState, wdef: Any, machine: jm.RunMachine, journal: list[rec.Record]
-) -> DeterminismError | None:
-    """Replays ``journal`` read-only; the determinism error it meets, or None if the code matches."""
+) -> BaseException | None:
+    """Replays ``journal`` read-only; None if the code matches it. Else the exception the
+    code raised where the journal recorded something else (a note says where), or the
+    :class:`DeterminismError` it met."""
     lsns = list(range(1, len(journal) + 1))
     run = _VerifyRun(_ReadOnlyRuntime(rt), st.shard, wdef, machine, list(journal), lsns)  # type: ignore[arg-type]
     run.start()
-    err = run.stuck
+    err, raised = run.stuck, run.raised
     run.kill()
     if err is None:
         return None
+    if raised is not None:
+        raised.add_note(f"raised by the code of workflow '{st.id}' while replaying its journal, "
+                        f"which recorded otherwise ({err})")
+        return raised
     return err if isinstance(err, DeterminismError) else DeterminismError(str(err))

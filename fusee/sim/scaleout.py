@@ -51,7 +51,7 @@ _HANG_S = 120.0
 @fusee.workflow("sim-scale-job")
 async def job(ctx: fusee.Ctx, x: int) -> int:
     a = await ctx.step("a", lambda: x + 1)
-    return await ctx.step("b", lambda: a * 2)  # type: ignore[no-any-return]
+    return await ctx.step("b", lambda: a * 2)
 
 
 class SimLease:

@@ -193,3 +193,34 @@ async def test_operators_read_set_clear_and_patch_with_versions() -> None:
         assert await engine.object_state(cart, "k") == fusee.ObjectState(Cart(), 4)
         # Handlers see what operators wrote.
         assert await engine.call(add, "k", "b") == 1
+
+
+async def test_generic_alias_states_start_from_their_origin_type() -> None:
+    # Declared here, not at import: before the fix the declaration itself raised (issue 22, finding 5).
+    tags = fusee.object("tags", state=list[str])
+    counts = fusee.object("counts", state=dict[str, int])
+
+    @tags.exclusive
+    async def tag(ctx: fusee.ObjectCtx[list[str]], t: str) -> list[str]:
+        ctx.set_state([*ctx.state, t])
+        return ctx.state
+
+    @counts.exclusive
+    async def bump(ctx: fusee.ObjectCtx[dict[str, int]], k: str) -> int:
+        state = dict(ctx.state)
+        state[k] = state.get(k, 0) + 1
+        ctx.set_state(state)
+        return state[k]
+
+    async with fusee.Engine.open(None, workflows=[tags, counts]) as engine:
+        assert (await engine.object_state(tags, "a")).value == []
+        assert await engine.call(tag, "a", "red") == ["red"]
+        assert await engine.call(tag, "a", "blue") == ["red", "blue"]
+        assert (await engine.object_state(counts, "a")).value == {}
+        assert await engine.call(bump, "a", "x") == 1
+        assert await engine.call(bump, "a", "x") == 2
+    # A generic alias whose origin cannot be called (an abstract type) starts from None, as before.
+    import collections.abc
+
+    seq = fusee.object("seq", state=collections.abc.Sequence[str] | None)
+    assert seq.initial_json is None

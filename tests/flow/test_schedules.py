@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import datetime
-from collections.abc import Callable
 
 import pytest
 
@@ -34,15 +33,6 @@ def _clear() -> None:
     started.clear()
 
 
-async def until(cond: Callable[[], bool], timeout: float = 10.0) -> None:
-    """Waits for a condition (the engine works on its own loop meanwhile)."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not cond():
-        assert loop.time() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.002)
-
-
 def at(env: TestEngine, ms: int) -> str:
     """The ID of the run scheduled at ``ms`` of schedule 's'."""
     return "s@" + datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S") + (
@@ -58,7 +48,7 @@ async def test_every_fires_each_time_once_under_its_deterministic_id() -> None:
     async with TestEngine(workflows=[job]) as env:
         first = grid(env, 60_000)
         await env.schedule("s", job, 7, every="1m")
-        await until(lambda: len(started) >= 3)
+        await env.until(lambda: len(started) >= 3)
         assert started[:3] == [at(env, first + i * 60_000) for i in range(3)]
         assert await env.get(started[0]).result() == 7
         info = await env.delete_schedule("s")
@@ -106,7 +96,7 @@ async def test_missed_times_inside_the_catchup_window_run_and_older_ones_are_cou
         # The clock jumps (downtime): 2 h after the first time, 13 times passed.
         await env.skip(f"{first - int(env.now().timestamp() * 1000) + 7_200_000 + 1}ms")
         # Inside the window (the last 30 min): 1h40, 1h50 and 2h after the first time.
-        await until(lambda: len(started) == 3)
+        await env.until(lambda: len(started) == 3)
         assert sorted(started) == [at(env, first + 7_200_000 - i * 600_000) for i in (2, 1, 0)]
         [info] = env.schedules()
         assert info.skipped_catchup == 10 and info.fired == 3
@@ -115,7 +105,7 @@ async def test_missed_times_inside_the_catchup_window_run_and_older_ones_are_cou
 async def test_cron_in_a_timezone() -> None:
     async with TestEngine(workflows=[job]) as env:
         await env.schedule("s", job, 1, cron="30 9 * * *", timezone="Asia/Kolkata")  # 04:00 UTC
-        await until(lambda: len(started) >= 2)
+        await env.until(lambda: len(started) >= 2)
         for wid in started[:2]:
             assert wid.endswith("T04:00:00Z"), wid
         await env.delete_schedule("s")
@@ -125,7 +115,7 @@ async def test_jitter_delays_the_start_but_not_the_id() -> None:
     async with TestEngine(workflows=[job]) as env:
         first = grid(env, 3_600_000)
         await env.schedule("s", job, 1, every="1h", jitter="30m")
-        await until(lambda: len(started) >= 2)
+        await env.until(lambda: len(started) >= 2)
         assert started[:2] == [at(env, first), at(env, first + 3_600_000)]
 
 
@@ -149,30 +139,30 @@ async def test_overlap_policies(overlap: str, runs: int, skipped: int) -> None:
         await env.schedule("s", slow, 1, every="1m", overlap=overlap)
         now = int(env.now().timestamp() * 1000)
         await env.skip(f"{first - now}ms")
-        await until(lambda: len(started) == 1)
+        await env.until(lambda: len(started) == 1)
         await env.skip("1m")  # time 2 while the first runs
         await env.skip("1m")  # time 3
         info = await env.describe_schedule("s")
         if overlap in ("cancel_other", "terminate_other"):
             # The first run was stopped; time 3 replaced time 2 and runs now.
-            await until(lambda: len(started) == 2)
+            await env.until(lambda: len(started) == 2)
             status = env.describe(started[0]).status
             assert status == ("cancelled" if overlap == "cancel_other" else "terminated")
             assert started[1] == at(env, first + 2 * every)
         else:
             await env.signal(started[0], finish)
-            await until(lambda: env.describe(started[0]).status == "ok")
+            await env.until(lambda: env.describe(started[0]).status == "ok")
             if overlap == "skip":
                 await env.skip("1m")  # time 4 finds nothing running
-            await until(lambda: len(started) == (3 if overlap == "allow_all" else 2))
+            await env.until(lambda: len(started) == (3 if overlap == "allow_all" else 2))
             for wid in list(started)[1:]:
                 await env.signal(wid, finish)
             if overlap == "buffer_all":
-                await until(lambda: len(started) == 3)
+                await env.until(lambda: len(started) == 3)
                 await env.signal(started[2], finish)
             if overlap == "allow_all":
                 await env.skip("1m")
-                await until(lambda: len(started) == 4)
+                await env.until(lambda: len(started) == 4)
         info = await env.describe_schedule("s")
         assert len(started) == runs, started
         assert len(set(started)) == runs
@@ -189,16 +179,16 @@ async def test_pause_unpause_trigger_backfill_delete() -> None:
         info = await env.describe_schedule("s")
         assert info.paused and started == []
         await env.trigger_schedule("s")
-        await until(lambda: len(started) == 1)
+        await env.until(lambda: len(started) == 1)
         assert started[0].startswith("s@")
         # Backfill the three times that passed while paused, and one of them twice.
         start = datetime.datetime.fromtimestamp(first / 1000, tz=datetime.UTC)
         await env.backfill_schedule("s", start, start + datetime.timedelta(minutes=3))
-        await until(lambda: len(started) == 4)
+        await env.until(lambda: len(started) == 4)
         await env.backfill_schedule("s", start, start + datetime.timedelta(minutes=1))
         await env.unpause_schedule("s")
         await env.skip("1m")
-        await until(lambda: len(started) == 5)
+        await env.until(lambda: len(started) == 5)
         assert started[1:4] == [at(env, first + i * every) for i in range(3)]
         assert len(set(started)) == 5  # the repeated backfill started nothing again
         final = await env.delete_schedule("s")
@@ -215,7 +205,7 @@ async def test_a_long_lived_schedule_continues_as_new_and_keeps_its_counts() -> 
 
     async with TestEngine(workflows=[job]) as env:
         await env.schedule("s", job, 1, every="1s", overlap="allow_all")
-        await until(lambda: len(started) >= schedules.CONTINUE_EVERY + 20, timeout=60)
+        await env.until(lambda: len(started) >= schedules.CONTINUE_EVERY + 20, timeout=60)
         info = await env.describe_schedule("s")
         assert env.describe("fusee:schedule:s").run_id > 1  # it continued as new
         assert info.fired >= schedules.CONTINUE_EVERY + 20
@@ -233,11 +223,11 @@ async def test_a_backfill_of_fired_times_leaves_a_parked_schedule_parked() -> No
         await env.schedule("s", job, 1, every="1m", overlap="allow_all")
         now = int(env.now().timestamp() * 1000)
         await env.skip(f"{first - now + 2 * every}ms")
-        await until(lambda: len(started) == 3)
+        await env.until(lambda: len(started) == 3)
         start = datetime.datetime.fromtimestamp(first / 1000, tz=datetime.UTC)
         info = await env.backfill_schedule("s", start, start + datetime.timedelta(minutes=3))
         assert info.fired == 3
-        await until(lambda: env.describe_schedule is not None and env.schedules()[0].fired == 6)
+        await env.until(lambda: env.describe_schedule is not None and env.schedules()[0].fired == 6)
         woken = env.stats["woken"]
         for _ in range(50):  # many turns of the loop: nothing should wake it now
             await asyncio.sleep(0.002)

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
-from collections.abc import Callable
 
 import pytest
 
@@ -48,14 +46,6 @@ def _clear() -> None:
     got.clear()
 
 
-async def until(cond: Callable[[], bool], timeout: float = 10.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not cond():
-        assert loop.time() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.002)
-
-
 async def test_debounce_runs_once_the_events_pause_and_receipts_name_the_window() -> None:
     async with TestEngine(workflows=[digest], skip_time=False) as env:
         receipts = []
@@ -65,9 +55,9 @@ async def test_debounce_runs_once_the_events_pause_and_receipts_name_the_window(
         assert receipts == [fusee.Receipt("digest:ann#0", i) for i in range(3)]
         assert got == []
         await env.skip("5s")
-        await until(lambda: len(got) == 1)
+        await env.until(lambda: len(got) == 1)
         assert got == [("digest:ann#0", [0, 1, 2])]
-        await until(lambda: any(x.workflow_id == "digest:ann#0" for x in env.runs()))
+        await env.until(lambda: any(x.workflow_id == "digest:ann#0" for x in env.runs()))
         assert await env.get("digest:ann#0").result() == 3
         # The same event ID again: the same receipt, nothing delivered twice.
         assert await env.enqueue(digest, "ann", 1, event_id="e1") == receipts[1]
@@ -79,7 +69,7 @@ async def test_debounce_max_wait_caps_a_window_that_never_pauses() -> None:
         for i in range(25):
             await env.enqueue(digest, "bob", i)
             await env.skip("3s")
-        await until(lambda: len(got) >= 1)
+        await env.until(lambda: len(got) >= 1)
         window, events = got[0]
         assert window == "digest:bob#0" and events == list(range(len(events))) and 19 <= len(events) <= 21
 
@@ -92,7 +82,7 @@ async def test_batches_fill_run_in_order_and_survive_continue_as_new() -> None:
         ]
         # A repeat after the coordinator continued as new (every 4 events): the same receipt.
         assert await env.enqueue(bulk, "k", 8, event_id="e8") == receipts[8]
-        await until(lambda: len(got) == 8, timeout=20)
+        await env.until(lambda: len(got) == 8, timeout=20)
         assert got == [
             ("bulk:k#0", [0, 1, 2]), ("bulk:k#0", []), ("bulk:k#1", [3, 4, 5]), ("bulk:k#1", []),
             ("bulk:k#2", [6, 7, 8]), ("bulk:k#2", []), ("bulk:k#3", [9]), ("bulk:k#3", []),
@@ -107,7 +97,7 @@ async def test_typed_events_and_bad_calls() -> None:
     async with TestEngine(workflows=[clicks, plain]) as env:
         r = await env.enqueue(clicks, "u", Click("home"))
         await env.enqueue(clicks, "u", Click("cart"))
-        await until(lambda: any(x.workflow_id == r.window_id for x in env.runs()))
+        await env.until(lambda: any(x.workflow_id == r.window_id for x in env.runs()))
         assert await env.get(r.window_id).result() == ["home", "cart"]
         with pytest.raises(fusee.NotWindowed, match="debounce"):
             await env.enqueue(plain, "u", 1)

@@ -36,7 +36,9 @@ async def total(ctx: fusee.ObjectCtx[Cart]) -> int:
     return len(ctx.state.items)
 
 
-assert_type(add, fusee.Handler[int])
+assert_type(add, fusee.Handler[int, str])
+assert_type(total, fusee.Handler[int, None])
+older: fusee.Handler[int] = add  # one type argument still works: the argument type is Any
 
 
 @fusee.workflow("pay")
