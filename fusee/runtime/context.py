@@ -339,6 +339,16 @@ class Ctx:
         fairness_key: str | None = None,
     ) -> Awaitable[R]: ...
 
+    @overload
+    def step(  # type: ignore[overload-cannot-match]
+        # A lambda with a default (``lambda t=total: t + 1``): mypy infers no type for it against
+        # the shapes above, so it lands here (no arguments, so a wrong one is still an error).
+        self, name: str, fn: Callable[..., R], *, retry: Retry | None = None,
+        timeout: Duration | None = None, read_only: bool = False, result_type: None = None,
+        heartbeat_timeout: Duration | None = None, limit: str | None = None, priority: int = 0,
+        fairness_key: str | None = None,
+    ) -> Awaitable[R]: ...
+
     def step(  # type: ignore[misc]  # mypy cannot match an implementation to TypeVarTuple overloads
         self,
         name: str,

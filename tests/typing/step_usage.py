@@ -68,6 +68,10 @@ async def order(ctx: fusee.Ctx, item: str) -> str:
     big: int = await ctx.step("scaled", scaled, 2, factor=3)
     mixed: int = await ctx.step("both", functools.partial(scaled, factor=3), 2, read_only=True)
     decoded: bytes = await ctx.step("raw", lambda: "x", result_type=bytes)
+    # A lambda that binds a loop variable by default, as users write chains of steps.
+    total = 0
+    for _ in range(3):
+        total = await ctx.step("add", lambda t=total: t + 1, retry=fusee.Retry(attempts=2))
     assert_type(ctx.step("quote", quote, item, 2), Awaitable[float])
     assert_type(ctx.step("reserve", reserve, item, limit="api"), Awaitable[bool])
     await ctx.step("quote", quote, item, "two")  # type: ignore[arg-type, call-arg]
