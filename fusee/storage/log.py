@@ -30,7 +30,14 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 
 from fusee import sabotage
-from fusee.errors import TRUNCATE_ADVICE, DiskFull, LogCorrupted, LogFailed, StorageError
+from fusee.errors import (
+    TRUNCATE_ADVICE,
+    DirectoryMoved,
+    DiskFull,
+    LogCorrupted,
+    LogFailed,
+    StorageError,
+)
 from fusee.storage import batch as fmt
 from fusee.storage.batch import BatchBuilder, BatchHeader, BlobRef, SegmentHeader
 from fusee.storage.blobs import read_blob, write_blob
@@ -46,6 +53,8 @@ _SEG_NAME = re.compile(r"[0-9]{12}\.seg")
 NEWEST = "newest"
 _NEWEST = struct.Struct("<8sQI")
 _NEWEST_MAGIC = b"FUSENEWS"
+#: Only names this exact shape are blobs: anything else in blobs/ is not ours and is left alone.
+_BLOB_NAME = re.compile(r"[0-9a-f]{16}-[0-9]{8}\.blob")
 #: How much of a segment recovery reads at once past the batches (a multiple of every align).
 _CHUNK = 1 << 20
 #: How many times a read-only open scans a live directory before reporting what it met.
@@ -301,7 +310,8 @@ class SharedLog(FlushLifecycle):
                                              epoch=epoch)
         except OSError as e:  # e.g. the meta file's fdatasync failed: the same errors as the log's
             raise _io_error(e, "opening the engine directory", at_open=True) from e
-        log = cls(storage, directory, shards, segment_bytes=segment_bytes,
+        # Every file from here on is reached through the directory opened, never by name.
+        log = cls(directory.storage, directory, shards, segment_bytes=segment_bytes,
                   blob_threshold=blob_threshold, align=align, rng=rng)
         log.read_only = read_only
         try:
@@ -396,6 +406,18 @@ class SharedLog(FlushLifecycle):
                            "Check that every segment in log/ is intact, then delete log/newest and "
                            "reopen with truncate_corrupt=True, which writes it again.")
 
+    def _check_place(self) -> None:
+        """Raises ``DirectoryMoved`` when the directory's path no longer names the directory
+        this log writes into: a restart on the path would not find what it acknowledges."""
+        why = self.dir.moved()
+        if why is not None and not sabotage.active.ignore_moved_directory:
+            raise DirectoryMoved(
+                f"{why}. This engine writes only into the directory it locked (wherever it is "
+                "now: nothing it wrote went into what the path names), but a restart on the path "
+                "would not find it, so its log takes no more records and acknowledges nothing "
+                "more. Everything acknowledged before is in the directory it locked. Close the "
+                "engine, decide which of the two directories to keep, and open that one.")
+
     def _write_newest(self, number: int) -> None:
         body = _NEWEST.pack(_NEWEST_MAGIC, number, 0)[:-4]
         write_durably(self.storage, self.dir.log_dir, NEWEST, body + fmt.U32.pack(fmt.crc(body)))
@@ -486,7 +508,8 @@ class SharedLog(FlushLifecycle):
         for n in self._dead:
             s.remove(f"{self.dir.log_dir}/{segment_name(n)}")
         keep = {b for seg in self._segments for b in seg.blobs}
-        orphans = [name for name in s.listdir(self.dir.blob_dir) if name not in keep]
+        orphans = [name for name in s.listdir(self.dir.blob_dir)
+                   if name not in keep and _BLOB_NAME.fullmatch(name)]
         for name in orphans:
             s.remove(f"{self.dir.blob_dir}/{name}")
         if self._dead:
@@ -592,6 +615,7 @@ class SharedLog(FlushLifecycle):
         try:
             if self.fence is not None:
                 self.fence()
+            self._check_place()
             write_durably(self.storage, self.dir.path, CKPT_NAME,
                           Checkpoint(tuple(covered), start, bytes(state), self._last_segment[3]).encode())
             gone = [seg for seg in self._segments if seg.number < start]
@@ -603,7 +627,7 @@ class SharedLog(FlushLifecycle):
                 self._fsync_dir(self.dir.log_dir)
                 if any(seg.blobs for seg in gone):
                     self._fsync_dir(self.dir.blob_dir)
-        except OSError as e:
+        except (OSError, DirectoryMoved) as e:
             self._fail(e)
             raise self.failure() from e
         self._segments = [seg for seg in self._segments if seg.number >= start]
@@ -655,6 +679,9 @@ class SharedLog(FlushLifecycle):
             if not sabotage.active.retry_failed_fsync:
                 raise
             s.fdatasync(self._fh)  # sabotage: trusts the page cache after a failed sync
+        # Durable, but not where a restart on the path looks if the directory was moved:
+        # then acknowledge nothing (the check is one stat, beside a sync of 100 µs or more).
+        self._check_place()
         self._offset += total
         self._seq = seq
         self._prev_crc = value
