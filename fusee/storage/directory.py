@@ -5,7 +5,8 @@
     <dir>/lock          the owner's PID (for the DirectoryLocked message only)
     <dir>/meta          format version and shard count (fixed at creation)
     <dir>/checkpoint    the latest checkpoint
-    <dir>/log/          log segments, NNNNNNNNNNNN.seg, and ``newest`` (the newest segment's number)
+    <dir>/log/          log segments, NNNNNNNNNNNN.seg, ``newest`` (the newest segment's number)
+                        and ``durable`` (the last batch made durable: see fusee.storage.log)
     <dir>/blobs/        large records, <life>-<n>.blob
     <dir>/epoch         the number of owners the directory had (each writes it + 1, durably,
                         before it appends: see fusee.scale)

@@ -53,6 +53,13 @@ _SEG_NAME = re.compile(r"[0-9]{12}\.seg")
 NEWEST = "newest"
 _NEWEST = struct.Struct("<8sQI")
 _NEWEST_MAGIC = b"FUSENEWS"
+#: ``log/durable``: the last batch this machine's writer made durable (magic, seq, segment,
+#: end offset, crc). Overwritten after every flush and never synced: it costs one write into
+#: the page cache, and survives a killed process (not always a power loss), so that an open
+#: after a kill can tell batches zeroed or cut since from a log that ended there.
+DURABLE = "durable"
+_DURABLE = struct.Struct("<8sQQQI")
+_DURABLE_MAGIC = b"FUSEDURA"
 #: Only names this exact shape are blobs: anything else in blobs/ is not ours and is left alone.
 _BLOB_NAME = re.compile(r"[0-9a-f]{16}-[0-9]{8}\.blob")
 #: How much of a segment recovery reads at once past the batches (a multiple of every align).
@@ -262,6 +269,7 @@ class SharedLog(FlushLifecycle):
         self._highest_seen = 0  # highest segment number on disk (dead ones included)
         self._last_segment: tuple[int, int, int, int] = (0, 0, 0, 0)  # (number, end, crc, seq)
         self._dead: list[int] = []  # segment files recovery found useless
+        self._note_fh: FileHandle | None = None  # log/durable, open for the writer's life
         #: Called (owner thread) after ``flush``/``checkpoint`` made records durable
         #: behind the back of whoever drives flushes (the GroupCommitter wakes its waiters).
         self.on_flushed: Callable[[], None] | None = None
@@ -320,6 +328,7 @@ class SharedLog(FlushLifecycle):
             recovery = log._recover(truncate_corrupt)
             if not read_only:
                 log._start_segment()
+                log._open_durable_note()
                 log._collect_garbage(recovery)
         except OSError as e:
             log._release()
@@ -331,12 +340,13 @@ class SharedLog(FlushLifecycle):
 
     def _release(self) -> None:
         """Closes the segment (if any) and the directory lock after a failed open."""
-        if self._fh is not None:
-            try:
-                self.storage.close(self._fh)
-            except OSError:
-                pass
-            self._fh = None
+        for fh in (self._fh, self._note_fh):
+            if fh is not None:
+                try:
+                    self.storage.close(fh)
+                except OSError:
+                    pass
+        self._fh = self._note_fh = None
         self._closed = True
         self.dir.close()
 
@@ -368,6 +378,7 @@ class SharedLog(FlushLifecycle):
         scan.run([n for n in numbers if n >= start], start, ckpt is not None)
         if ckpt is not None:
             scan.check_checkpoint(ckpt_path, ckpt)
+        scan.check_durable_note(self._read_durable_note())
         self._appended = list(scan.last)
         self._durable = list(scan.last)
         self._last_segment = scan.chain_end
@@ -405,6 +416,37 @@ class SharedLog(FlushLifecycle):
         raise LogCorrupted(path, 0, "the note of the newest segment is damaged",
                            "Check that every segment in log/ is intact, then delete log/newest and "
                            "reopen with truncate_corrupt=True, which writes it again.")
+
+    def _read_durable_note(self) -> tuple[int, int, int] | None:
+        """(seq, segment, end) of the last batch the last writer made durable, per ``log/durable``;
+        None when there is none, or it is torn (it is never synced: a power loss may tear it)."""
+        path = f"{self.dir.log_dir}/{DURABLE}"
+        if not self.storage.exists(path):
+            return None
+        fh = self.storage.open(path)
+        try:
+            raw = self.storage.pread(fh, _DURABLE.size + 1, 0)
+        finally:
+            self.storage.close(fh)
+        if len(raw) != _DURABLE.size:
+            return None
+        magic, seq, segment, end, value = _DURABLE.unpack(raw)
+        if magic != _DURABLE_MAGIC or value != fmt.crc(raw[:-4]):
+            return None
+        return int(seq), int(segment), int(end)
+
+    def _open_durable_note(self) -> None:
+        """Opens ``log/durable`` for this life and notes where the log ends now (after recovery,
+        and after ``truncate_corrupt`` accepted a cut: the next open checks against this)."""
+        self._note_fh = self.storage.open(f"{self.dir.log_dir}/{DURABLE}", create=True)
+        self._note_durable()
+
+    def _note_durable(self) -> None:
+        if self._note_fh is None:
+            return
+        number, end, _, seq = self._last_segment
+        body = _DURABLE.pack(_DURABLE_MAGIC, seq, number, end, 0)[:-4]
+        self.storage.pwrite(self._note_fh, body + fmt.U32.pack(fmt.crc(body)), 0)  # never synced
 
     def _check_place(self) -> None:
         """Raises ``DirectoryMoved`` when the directory's path no longer names the directory
@@ -639,12 +681,13 @@ class SharedLog(FlushLifecycle):
         self._closed = True
         if self._job is not None and not self._job.done:
             self._job.wait()
-        if self._fh is not None:
-            try:
-                self.storage.close(self._fh)
-            except OSError:
-                pass  # a crashed SimDisk already closed it; nothing to release
-            self._fh = None
+        for fh in (self._fh, self._note_fh):
+            if fh is not None:
+                try:
+                    self.storage.close(fh)
+                except OSError:
+                    pass  # a crashed SimDisk already closed it; nothing to release
+        self._fh = self._note_fh = None
         self.dir.close()
 
     @property
@@ -689,6 +732,7 @@ class SharedLog(FlushLifecycle):
         seg.max_lsns = list(job.covers)
         seg.blobs.extend(names)
         self._last_segment = (seg.number, self._offset, value, seq)
+        self._note_durable()
         self.batches_written += 1
         self.records_written += b.records
         self.blobs_written += len(names)
@@ -895,6 +939,25 @@ class _Scan:
                                    f"but the log holds it only up to {last}",
                                    "Restore the missing log segments (or the right checkpoint) from a "
                                    "backup; truncate_corrupt=True cannot repair this.")
+
+    def check_durable_note(self, note: tuple[int, int, int] | None) -> None:
+        """Refuses a log that ends before the last batch its last writer made durable (per
+        ``log/durable``): batches zeroed or cut after a killed process, before any restart."""
+        log = self.log
+        if note is None or self.rec.truncated_at is not None:
+            return
+        seq, segment, end = note
+        end_num, end_off, _, end_seq = self.chain_end
+        if seq <= end_seq:
+            return
+        if log.read_only and log.storage.held(log.dir.path):
+            return  # a writer opened meanwhile and wrote on: nothing is missing
+        path = f"{log.dir.log_dir}/{segment_name(segment)}"
+        self.corrupt(path, end_off if segment == end_num else 0,
+                     f"the log ends at batch {end_seq}, but its last writer made batch {seq} durable "
+                     f"(up to byte {end} of this segment), as log/{DURABLE} records: acknowledged "
+                     "batches were zeroed or cut since it stopped (or this directory is a copy "
+                     "taken while the engine wrote)")
 
     def _cut(self, gone: list[int]) -> None:
         """truncate_corrupt: drops the given segments (everything after the damage)."""

@@ -1,5 +1,5 @@
 """Issue 22: what outside hands do to an engine directory (rename and restore it, put a FIFO
-where a segment is) is refused or survived, never silent."""
+where a segment is, zero the log's last batches) is refused or survived, never silent."""
 
 from __future__ import annotations
 
@@ -18,6 +18,9 @@ import pytest
 
 import fusee
 from fusee import errors
+from fusee.errors import LogCorrupted
+from fusee.storage.log import SharedLog, segment_name
+from fusee.storage.posix import PosixStorage
 
 APP = Path(__file__).with_name("hands_app.py")
 ROOT = Path(__file__).resolve().parents[2]
@@ -164,3 +167,48 @@ def test_a_directory_in_place_of_the_checkpoint_is_refused_naming_it(tmp_path: P
 
     with pytest.raises(errors.NotARegularFile, match=f"{data / 'checkpoint'} is a directory"):
         asyncio.run(main())
+
+
+def test_zeroed_last_batches_after_a_kill_are_refused_not_dropped(tmp_path: Path) -> None:
+    """The owner is killed (the machine stays up); before any restart, an outside hand zeroes
+    the newest segment's last batches. The next open must not lose those acknowledged runs
+    silently."""
+    data = tmp_path / "data"
+    app = App(data)
+    acked: list[str] = []
+    for k in range(6):  # six batches at least: one start is acknowledged at a time here
+        got, _ = app.start(f"k{k}", 1)
+        acked += got
+    app.kill()
+
+    reader, rec = SharedLog.open(PosixStorage(), str(data), 1, read_only=True)
+    reader.close()
+    assert rec.batch_starts, "the log holds batches after the checkpoint"
+    seg, off = rec.batch_starts[-2][1], rec.batch_starts[-2][2]
+    assert seg.endswith(segment_name(max(int(p.stem) for p in (data / "log").glob("*.seg"))))
+    with open(seg, "r+b") as f:  # zero from the second-to-last batch on (the segment keeps its size)
+        size = os.fstat(f.fileno()).st_size
+        f.seek(off)
+        f.write(bytes(size - off))
+
+    async def main() -> None:
+        await fusee.Engine.open(data, workflows=[])
+
+    with pytest.raises(LogCorrupted) as caught:
+        asyncio.run(main())
+    assert caught.value.path == seg, caught.value
+    assert "acknowledged" in str(caught.value)
+
+    # The operator may accept the loss: the log is cut there, and the next open is clean.
+    async def accept() -> set[str]:
+        async with fusee.Engine.open(data, truncate_corrupt=True) as engine:
+            return {r.workflow_id for r in engine.runs()}
+
+    kept = asyncio.run(accept())
+    assert kept < set(acked)
+
+    async def again() -> set[str]:
+        async with fusee.Engine.open(data) as engine:
+            return {r.workflow_id for r in engine.runs()}
+
+    assert asyncio.run(again()) == kept
