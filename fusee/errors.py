@@ -96,6 +96,25 @@ class DiskFull(LogFailed):
     """The disk is full (ENOSPC). Nothing acknowledged is lost; free space and reopen."""
 
 
+class NotARegularFile(StorageError):
+    """Something other than a regular file (a FIFO, a socket, a device, a directory) is where
+    the engine keeps one of its files. ``path`` names it and ``kind`` says what it is.
+
+    It was neither read nor written. Move it away (restoring the file from a backup if
+    one was there) and open again.
+    """
+
+    def __init__(self, path: str, kind: str) -> None:
+        self.path = path
+        self.kind = kind
+        super().__init__(
+            f"{path} is {kind}, not a regular file: Fusee keeps a file of its own there, so "
+            "something else replaced it. Nothing was read from it or written to it, and the "
+            "directory is released. Move it away (restore the file from a backup if one was "
+            "there) and open the directory again."
+        )
+
+
 class DirectoryLocked(StorageError):
     """Another process holds the engine directory."""
 
@@ -219,6 +238,18 @@ class LeaseLost(LogFailed):
     engine's log takes no more records and acknowledges nothing more: close it.
     Opening it again waits for nothing: it is refused while the new holder
     renews its lease.
+    """
+
+class DirectoryMoved(LeaseLost):
+    """The engine directory's path no longer names the directory this engine locked.
+
+    It was renamed, deleted or replaced (a restored copy, say) while the engine had it
+    open. The engine keeps writing only into the directory it locked, so it never
+    touches whatever the path names now; but a restart on the path would not find what
+    it writes, so its log takes no more records and acknowledges nothing more (calls
+    raise ``EngineClosed``). Everything acknowledged before is in the directory it
+    locked, wherever that is now. Close the engine, decide which directory to keep,
+    and open that one.
     """
 
 # --- engine and client API --------------------------------------------

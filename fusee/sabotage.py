@@ -72,6 +72,9 @@ class Sabotage:
     schedule_random_id: bool = False
     #: A window coordinator drops its open window's newest event when it continues as new.
     window_drops_on_continue: bool = False
+    #: The log does not notice that its directory's path names another directory (renamed
+    #: and restored from a copy): it acknowledges work a restart on the path will not find.
+    ignore_moved_directory: bool = False
     # scale-out (caught by fusee.sim.scaleout, not by the single-process world)
     #: A new owner writes its epoch without syncing it: a power loss takes it back.
     epoch_not_durable: bool = False

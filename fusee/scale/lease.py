@@ -5,7 +5,10 @@ here, a PostgreSQL table elsewhere); :class:`DirectoryLease` is the local one:
 the directory's ``flock``. The kernel releases it when its process dies, so it
 has no expiry: a stopped (SIGSTOP) owner keeps it, and nobody takes over
 behind its back. Each new holder writes the next epoch durably before it
-appends anything, so epochs only grow.
+appends anything, so epochs only grow. The lock is on the directory's inode,
+so the lease reads and writes its files through that opened directory, and
+counts itself lost once the path names another directory (renamed, replaced
+by a copy): the lease is over what others open by that path.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import threading
 from typing import Protocol, runtime_checkable
 
 from fusee.storage.directory import bump_epoch, read_epoch
-from fusee.storage.posix import PosixStorage
+from fusee.storage.posix import PosixStorage, RootedPosixStorage
 
 #: ``<dir>/owner``: where the current owner serves routed calls.
 OWNER_FILE = "owner"
@@ -72,15 +75,17 @@ class DirectoryLease:
         self.path = path.rstrip("/") or "/"
         self.epoch = 0
         self._fd: int | None = None
+        #: The locked directory, through which the epoch and the owner file are read and written.
+        self._root: RootedPosixStorage | None = None
         self._handed_over = False
         self._mutex = threading.Lock()
-        self._storage = PosixStorage()
 
     @classmethod
     def adopt(cls, path: str, fd: int, epoch: int) -> DirectoryLease:
         """The lease of an engine that opened the directory itself (``fd`` is its lock, now its)."""
         lease = cls(path)
         lease._fd, lease.epoch, lease._handed_over = fd, epoch, True
+        lease._root = PosixStorage().root(lease.path, fd)
         return lease
 
     def _take(self, blocking: bool, stop: threading.Event | None = None) -> bool:
@@ -95,9 +100,15 @@ class DirectoryLease:
         if stop is not None and stop.is_set():
             os.close(fd)  # won after the waiter was told to stop: give it back, no epoch taken
             return False
+        root = PosixStorage().root(self.path, fd)
+        if root.moved() is not None:
+            # Waited on a directory that was renamed (or replaced) meanwhile: its lock is not
+            # the lease of what the path names now. Give it back; the caller tries the path again.
+            os.close(fd)
+            return False
         with self._mutex:
-            self._fd = fd
-            self.epoch = bump_epoch(self._storage, self.path)
+            self._fd, self._root = fd, root
+            self.epoch = bump_epoch(root, self.path)
         return True
 
     def try_acquire(self) -> bool:
@@ -122,22 +133,31 @@ class DirectoryLease:
         return self._fd
 
     def still_held(self) -> bool:
-        """Whether the directory's epoch is still ours (a ``flock`` cannot be taken from a live
-        holder, so this fails only if someone removed or rewrote the epoch file)."""
-        if self._fd is None:
+        """Whether the path still names the directory locked and its epoch is still ours (a
+        ``flock`` cannot be taken from a live holder, so this fails only if someone renamed or
+        replaced the directory, or removed or rewrote its epoch file)."""
+        root = self._root
+        if self._fd is None or root is None:
             return False
         try:
-            return read_epoch(self._storage, self.path) == self.epoch
+            return root.moved() is None and read_epoch(root, self.path) == self.epoch
         except Exception:
             return False
 
     def publish(self, address: str) -> None:
-        """Writes ``<dir>/owner`` (atomically: a reader sees the old or the new content)."""
+        """Writes ``<dir>/owner`` in the directory locked (atomically: a reader sees the old or
+        the new content), never in another one that the path names now."""
+        root = self._root
+        assert root is not None, "publish of a lease not held"
         data = json.dumps({"epoch": self.epoch, "address": address, "pid": os.getpid()}).encode()
         tmp = f"{self.path}/{OWNER_FILE}.tmp"
-        with open(tmp, "wb") as f:
-            f.write(data)
-        os.replace(tmp, f"{self.path}/{OWNER_FILE}")
+        fh = root.open(tmp, create=True)
+        try:
+            root.truncate(fh, 0)
+            root.pwrite(fh, data, 0)
+        finally:
+            root.close(fh)
+        root.rename(tmp, f"{self.path}/{OWNER_FILE}")
 
     def owner_address(self) -> str | None:
         found = read_owner(self.path)
@@ -146,6 +166,9 @@ class DirectoryLease:
     def release(self) -> None:
         with self._mutex:
             fd, self._fd = self._fd, None
+            root, self._root = self._root, None
+            if root is not None:
+                root.release()
             if fd is not None and not self._handed_over:
                 os.close(fd)
 

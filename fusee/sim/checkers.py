@@ -730,6 +730,19 @@ def check_live_read(durable: list[int], seen: list[int] | None, refused: str | N
                 problems.append(f"a read-only inspection of the live directory read shard {shard} up to "
                                 f"record {s}, but the engine had made records up to {d} durable")
     return problems
+
+
+def check_moved(started: Iterable[str], snap: Snapshot) -> list[str]:
+    """The directory was renamed and a copy restored at its path while the engine ran: every
+    start the engine acknowledged after that (``started``) is in the copy, the directory a
+    restart reads. The engine writes on into the directory it locked, so it may acknowledge
+    only what it made durable before the move."""
+    return [f"the start of {wid}, acknowledged after the directory was renamed and restored "
+            "from a copy, is not in the copy a restart reads: the engine acknowledged work into "
+            "a directory nobody opens again"
+            for wid in started if wid in snap.runs and not snap.runs[wid].exists]
+
+
 # --- schedules and windows (issue 12) -----------------------------------------
 
 

@@ -209,7 +209,10 @@ class ExpiryWorld:
         self.takeovers += 1
         p.epoch = epoch
         self.log(f"{p.name} takes the lease, epoch {epoch}")
-        options = {**open_options(), "workflows": [job], "env": p.env, "_lock": DATA, "_epoch": epoch,
+        # The lease row is the lock here: the disk's lock is only shared, so that every process
+        # may hold it (it names the directory the engine then writes through).
+        lock = self.disk.lock(DATA, shared=True)
+        options = {**open_options(), "workflows": [job], "env": p.env, "_lock": lock, "_epoch": epoch,
                    "park_after": None, "segment_bytes": 1 << 20, "_fence": self._fence_for(p, epoch)}
         p.opening = p.loop.create_task(_run(fusee.Engine._open(DATA, **options)))
 

@@ -27,6 +27,8 @@ class Report:
     kills_in_sync: int = 0
     #: Lock files an outside hand deleted (a second opener must still be refused).
     lock_deletions: int = 0
+    #: Directories an outside hand renamed and restored from a copy while the engine ran.
+    dir_moves: int = 0
     #: Supervisor restarts after the log failed (not a crash).
     restarts: int = 0
     flush_failures: int = 0
@@ -104,6 +106,7 @@ COVERAGE = (
     "power_losses",
     "kills_in_sync",
     "lock_deletions",
+    "dir_moves",
     "flush_failures",
     "torn_tails",
     "replays",

@@ -89,7 +89,9 @@ class Result:
 
 
 # Event kinds, ordered by the heap after (time, sequence).
-_CLIENT, _CRASH, _RESTART, _CLOSE, _REOPEN = "client", "crash", "restart", "close", "reopen"
+_CLIENT, _CRASH, _RESTART, _CLOSE, _REOPEN, _MOVE = "client", "crash", "restart", "close", "reopen", "move"
+#: Where an outside hand moves the directory before it restores a copy at ``DATA_DIR``.
+MOVED_DIR = DATA_DIR + ".old"
 
 # Errors after which a request is retried (the engine was not able to take it now).
 _RETRYABLE: tuple[type[BaseException], ...] = (errors.Busy, errors.EngineClosed, errors.StorageError)
@@ -134,6 +136,10 @@ class World:
         self.kill_rng = random.Random(f"kills-{cfg.seed}")
         kill_rate = self.kill_rng.choice([0.0, 0.005, 0.02]) if cfg.crash_every_ms else 0.0
         self.disk.arm_kills(random.Random(f"kill-at-{cfg.seed}"), kill_rate)
+        #: Outside hands that rename the directory and restore a copy (DESIGN §11, §13).
+        self.hands_rng = random.Random(f"hands-{cfg.seed}")
+        #: The directory was moved and restored in this life, when these actions were acknowledged.
+        self.moved: tuple[int, frozenset[int]] | None = None
         self.report = Report(seed=cfg.seed)
         self.obs = Observed()
         self.obs.children = {k: list(v) for k, v in self.plan.children.items()}
@@ -328,6 +334,8 @@ class World:
             self.loop.idle_hook = self._check_idle
             if self.faults and self.kill_rng.random() < 0.1:
                 self._second_writer()
+            if self.faults and self.hands_rng.random() < 0.08:
+                self._at(self.loop.now + self.hands_rng.uniform(0.0, 0.05), _MOVE, self.life)
             for hook in self.plan.on_open:
                 hook(self)
             return
@@ -365,6 +373,35 @@ class World:
             return
         log.close()
         raise self.fail("a second process opened the engine directory after its lock file was deleted")
+
+    def _rename_and_restore(self) -> None:
+        """An outside hand: ``mv data data.old && cp -a data.old data`` while the engine runs,
+        then a second process opens the copy (it holds no lock: it may).
+
+        The engine writes on into the directory it locked (now data.old), never into the copy;
+        it must notice and acknowledge nothing more, since a restart on the path reads the copy.
+        A crash follows soon, so that the checkers look at the copy: nothing the engine
+        acknowledged may be missing from it (``checkers.check_moved``).
+        """
+        if self.disk.exists(MOVED_DIR):
+            self.disk.remove_dir(MOVED_DIR)  # an earlier move's original: its owner is gone
+        self.disk.move_dir(DATA_DIR, MOVED_DIR)
+        self.disk.copy_dir(MOVED_DIR, DATA_DIR)
+        self.report.dir_moves += 1
+        self.moved = (self.life, frozenset(ix for ix, a in enumerate(self.acked) if a))
+        try:
+            log, _ = SharedLog.open(self.disk, DATA_DIR, self.cfg.shards, segment_bytes=self.cfg.segment_bytes,
+                                    rng=random.Random(self.hands_rng.getrandbits(64)))
+        except errors.LogFailed as e:  # a failing disk (fail_flush_rate): not the copy's fault
+            self.log(f"an outside hand renamed the directory and restored a copy; a second process "
+                     f"failed to open it ({type(e).__name__})")
+        except errors.StorageError as e:
+            raise self.fail(f"a copy of the live directory could not be opened: {type(e).__name__}: {e}") from None
+        else:
+            log.close()
+            self.log("an outside hand renamed the directory and restored a copy; a second process "
+                     "opened the copy")
+        self._at(self.loop.now + self.hands_rng.uniform(0.001, 0.030), _CRASH)
 
     def _crash(self, kind: str) -> None:
         self.t = self.loop.now
@@ -538,6 +575,7 @@ class World:
         self._after_recovery(check)
 
     def _after_recovery(self, extra: Any = None) -> None:
+        extra = self._with_move_check(extra)
         # Requests in flight died with the process: the client sends them again.
         self.pending = {}
         for _, _, kind, ix in self._events:
@@ -549,6 +587,21 @@ class World:
                 self._schedule_action(ix, self.loop.now + 0.001)
         self._watch_all()
         self._check(final=False, extra=extra)
+
+    def _with_move_check(self, extra: Any) -> Any:
+        """``extra`` plus, after the first recovery since a rename and restore, ``check_moved``
+        over the starts acknowledged after the move (by the life that was moved)."""
+        moved = self.moved
+        if moved is None or moved[0] >= self.life:
+            return extra
+        self.moved = None
+        since = [act.id for ix, a in enumerate(self.acked)
+                 if a and ix not in moved[1] and isinstance(act := self.actions[ix], Start)]
+
+        def check(snap: Snapshot) -> list[str]:
+            return (extra(snap) if extra is not None else []) + checkers.check_moved(since, snap)
+
+        return check
 
     # --- the client -------------------------------------------------------------
 
@@ -930,6 +983,10 @@ class World:
                     self._begin_close()
             elif kind == _REOPEN and arg == self.life and self.closing:
                 self._reopen()
+            elif (kind == _MOVE and self.faults and arg == self.life and self.engine is not None
+                  and not self.closing and not self.restart_pending and not self.crash_pending
+                  and not self.disk.killed):
+                self._rename_and_restore()
             if self.crash_pending:
                 self._crash(_CRASH)
 

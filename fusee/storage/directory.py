@@ -5,15 +5,20 @@
     <dir>/lock          the owner's PID (for the DirectoryLocked message only)
     <dir>/meta          format version and shard count (fixed at creation)
     <dir>/checkpoint    the latest checkpoint
-    <dir>/log/          log segments, NNNNNNNNNNNN.seg, and ``newest`` (the newest segment's number)
+    <dir>/log/          log segments, NNNNNNNNNNNN.seg, ``newest`` (the newest segment's number)
+                        and ``durable`` (the last batch made durable: see fusee.storage.log)
     <dir>/blobs/        large records, <life>-<n>.blob
     <dir>/epoch         the number of owners the directory had (each writes it + 1, durably,
                         before it appends: see fusee.scale)
     <dir>/owner         where the current owner serves routed calls (fusee.scale), if it does
 
 The lock is a ``flock`` on the directory itself, so deleting ``lock`` cannot
-let a second writer in. A read-only open takes no lock: it reads what the
-append-only log holds, even while a writer has the directory open. A directory is ours only if it holds our meta file:
+let a second writer in. Everything in the directory is then read and written
+through the directory opened once (``Storage.root``), never by name: a
+rename or a restored copy of the directory cannot make two writers share one,
+and the owner learns of it (``moved``). A read-only open takes no lock: it reads what the
+append-only log holds, even while a writer has the directory open, also through
+one opened directory. A directory is ours only if it holds our meta file:
 anything else that is not empty is refused untouched.
 """
 
@@ -25,13 +30,14 @@ import posixpath
 
 from fusee import sabotage
 from fusee.errors import (
+    DirectoryMoved,
     InvalidMeta,
     NotAnEngineDirectory,
     ShardCountMismatch,
     StaleEpoch,
     StorageError,
 )
-from fusee.storage.seam import LockHandle, Storage, write_durably
+from fusee.storage.seam import LockHandle, RootedStorage, Storage, write_durably
 
 #: The layout and log format this code writes (the original's "format 3": one shared log).
 FORMAT = 3
@@ -48,9 +54,12 @@ _CREATION_LEFTOVERS = frozenset({"meta.tmp", "epoch", "epoch.tmp"})
 class EngineDirectory:
     """A locked engine directory whose meta file agrees with the caller's shard count."""
 
-    def __init__(self, storage: Storage, path: str, lock: LockHandle, shards: int,
-                 read_only: bool = False) -> None:
+    def __init__(self, storage: RootedStorage, path: str, lock: LockHandle, shards: int,
+                 read_only: bool = False, *, locker: Storage | None = None) -> None:
+        #: The directory as opened (every path under ``path`` resolves inside it).
         self.storage = storage
+        # Who issued the lock (it releases it).
+        self._locker = locker if locker is not None else storage
         self.path = path.rstrip("/") or "/"
         self.shards = shards
         self.read_only = read_only
@@ -60,6 +69,7 @@ class EngineDirectory:
         #: This owner's epoch (0: the open did not take one, e.g. read-only or in a simulation).
         self.epoch = 0
         self._bump_epoch = False
+        self._closed = False
 
     @property
     def log_dir(self) -> str:
@@ -103,19 +113,35 @@ class EngineDirectory:
         if read_only and not sabotage.active.read_only_locks:
             # No lock at all: a reader must neither be refused by a live writer nor keep one
             # from opening. The log is append-only, so what a scan reads stays true.
-            d = cls(storage, path, None, shards, read_only)
-            d._setup()
-            d.live = storage.held(path)
+            root = storage.root(path)
+            try:
+                d = cls(root, path, None, shards, read_only)
+                d._setup()
+                d.live = root.held(path)
+            except BaseException:
+                root.release()
+                raise
             return d
         if lock is None:
             lock = storage.lock(path, shared=read_only)
         try:
-            d = cls(storage, path, lock, shards, read_only)
-            if epoch is True:
-                d._bump_epoch = True
-            elif epoch:
-                d.epoch = int(epoch)
-            d._setup()
+            root = storage.root(path, lock)
+            try:
+                why = root.moved()
+                if why is not None:
+                    # A lease won by waiting on a directory that was renamed meanwhile (or a
+                    # rename between the lock and now): the path names another directory.
+                    raise DirectoryMoved(f"{why}. The lock taken is on the other one: nothing was "
+                                         f"written. Open {path} again.")
+                d = cls(root, path, lock, shards, read_only, locker=storage)
+                if epoch is True:
+                    d._bump_epoch = True
+                elif epoch:
+                    d.epoch = int(epoch)
+                d._setup()
+            except BaseException:
+                root.release()
+                raise
         except BaseException:
             storage.unlock(lock)
             raise
@@ -176,10 +202,19 @@ class EngineDirectory:
             "file. Nothing in it was changed. Give Engine.open a new or empty directory."
         )
 
+    def moved(self) -> str | None:
+        """Why the path no longer names the directory opened (renamed, deleted, replaced by a
+        copy), or None while it does. What is written goes into the directory opened anyway."""
+        return self.storage.moved()
+
     def close(self) -> None:
-        """Releases the lock (idempotent)."""
+        """Releases the opened directory and the lock (idempotent)."""
+        if self._closed:
+            return
+        self._closed = True
+        self.storage.release()
         if self._lock is not None:
-            self.storage.unlock(self._lock)
+            self._locker.unlock(self._lock)
             self._lock = None
 
 

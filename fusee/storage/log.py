@@ -30,7 +30,14 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 
 from fusee import sabotage
-from fusee.errors import TRUNCATE_ADVICE, DiskFull, LogCorrupted, LogFailed, StorageError
+from fusee.errors import (
+    TRUNCATE_ADVICE,
+    DirectoryMoved,
+    DiskFull,
+    LogCorrupted,
+    LogFailed,
+    StorageError,
+)
 from fusee.storage import batch as fmt
 from fusee.storage.batch import BatchBuilder, BatchHeader, BlobRef, SegmentHeader
 from fusee.storage.blobs import read_blob, write_blob
@@ -46,6 +53,15 @@ _SEG_NAME = re.compile(r"[0-9]{12}\.seg")
 NEWEST = "newest"
 _NEWEST = struct.Struct("<8sQI")
 _NEWEST_MAGIC = b"FUSENEWS"
+#: ``log/durable``: the last batch this machine's writer made durable (magic, seq, segment,
+#: end offset, crc). Overwritten after every flush and never synced: it costs one write into
+#: the page cache, and survives a killed process (not always a power loss), so that an open
+#: after a kill can tell batches zeroed or cut since from a log that ended there.
+DURABLE = "durable"
+_DURABLE = struct.Struct("<8sQQQI")
+_DURABLE_MAGIC = b"FUSEDURA"
+#: Only names this exact shape are blobs: anything else in blobs/ is not ours and is left alone.
+_BLOB_NAME = re.compile(r"[0-9a-f]{16}-[0-9]{8}\.blob")
 #: How much of a segment recovery reads at once past the batches (a multiple of every align).
 _CHUNK = 1 << 20
 #: How many times a read-only open scans a live directory before reporting what it met.
@@ -253,6 +269,7 @@ class SharedLog(FlushLifecycle):
         self._highest_seen = 0  # highest segment number on disk (dead ones included)
         self._last_segment: tuple[int, int, int, int] = (0, 0, 0, 0)  # (number, end, crc, seq)
         self._dead: list[int] = []  # segment files recovery found useless
+        self._note_fh: FileHandle | None = None  # log/durable, open for the writer's life
         #: Called (owner thread) after ``flush``/``checkpoint`` made records durable
         #: behind the back of whoever drives flushes (the GroupCommitter wakes its waiters).
         self.on_flushed: Callable[[], None] | None = None
@@ -301,7 +318,8 @@ class SharedLog(FlushLifecycle):
                                              epoch=epoch)
         except OSError as e:  # e.g. the meta file's fdatasync failed: the same errors as the log's
             raise _io_error(e, "opening the engine directory", at_open=True) from e
-        log = cls(storage, directory, shards, segment_bytes=segment_bytes,
+        # Every file from here on is reached through the directory opened, never by name.
+        log = cls(directory.storage, directory, shards, segment_bytes=segment_bytes,
                   blob_threshold=blob_threshold, align=align, rng=rng)
         log.read_only = read_only
         try:
@@ -310,6 +328,7 @@ class SharedLog(FlushLifecycle):
             recovery = log._recover(truncate_corrupt)
             if not read_only:
                 log._start_segment()
+                log._open_durable_note()
                 log._collect_garbage(recovery)
         except OSError as e:
             log._release()
@@ -321,12 +340,13 @@ class SharedLog(FlushLifecycle):
 
     def _release(self) -> None:
         """Closes the segment (if any) and the directory lock after a failed open."""
-        if self._fh is not None:
-            try:
-                self.storage.close(self._fh)
-            except OSError:
-                pass
-            self._fh = None
+        for fh in (self._fh, self._note_fh):
+            if fh is not None:
+                try:
+                    self.storage.close(fh)
+                except OSError:
+                    pass
+        self._fh = self._note_fh = None
         self._closed = True
         self.dir.close()
 
@@ -358,6 +378,7 @@ class SharedLog(FlushLifecycle):
         scan.run([n for n in numbers if n >= start], start, ckpt is not None)
         if ckpt is not None:
             scan.check_checkpoint(ckpt_path, ckpt)
+        scan.check_durable_note(self._read_durable_note())
         self._appended = list(scan.last)
         self._durable = list(scan.last)
         self._last_segment = scan.chain_end
@@ -395,6 +416,49 @@ class SharedLog(FlushLifecycle):
         raise LogCorrupted(path, 0, "the note of the newest segment is damaged",
                            "Check that every segment in log/ is intact, then delete log/newest and "
                            "reopen with truncate_corrupt=True, which writes it again.")
+
+    def _read_durable_note(self) -> tuple[int, int, int] | None:
+        """(seq, segment, end) of the last batch the last writer made durable, per ``log/durable``;
+        None when there is none, or it is torn (it is never synced: a power loss may tear it)."""
+        path = f"{self.dir.log_dir}/{DURABLE}"
+        if not self.storage.exists(path):
+            return None
+        fh = self.storage.open(path)
+        try:
+            raw = self.storage.pread(fh, _DURABLE.size + 1, 0)
+        finally:
+            self.storage.close(fh)
+        if len(raw) != _DURABLE.size:
+            return None
+        magic, seq, segment, end, value = _DURABLE.unpack(raw)
+        if magic != _DURABLE_MAGIC or value != fmt.crc(raw[:-4]):
+            return None
+        return int(seq), int(segment), int(end)
+
+    def _open_durable_note(self) -> None:
+        """Opens ``log/durable`` for this life and notes where the log ends now (after recovery,
+        and after ``truncate_corrupt`` accepted a cut: the next open checks against this)."""
+        self._note_fh = self.storage.open(f"{self.dir.log_dir}/{DURABLE}", create=True)
+        self._note_durable()
+
+    def _note_durable(self) -> None:
+        if self._note_fh is None:
+            return
+        number, end, _, seq = self._last_segment
+        body = _DURABLE.pack(_DURABLE_MAGIC, seq, number, end, 0)[:-4]
+        self.storage.pwrite(self._note_fh, body + fmt.U32.pack(fmt.crc(body)), 0)  # never synced
+
+    def _check_place(self) -> None:
+        """Raises ``DirectoryMoved`` when the directory's path no longer names the directory
+        this log writes into: a restart on the path would not find what it acknowledges."""
+        why = self.dir.moved()
+        if why is not None and not sabotage.active.ignore_moved_directory:
+            raise DirectoryMoved(
+                f"{why}. This engine writes only into the directory it locked (wherever it is "
+                "now: nothing it wrote went into what the path names), but a restart on the path "
+                "would not find it, so its log takes no more records and acknowledges nothing "
+                "more. Everything acknowledged before is in the directory it locked. Close the "
+                "engine, decide which of the two directories to keep, and open that one.")
 
     def _write_newest(self, number: int) -> None:
         body = _NEWEST.pack(_NEWEST_MAGIC, number, 0)[:-4]
@@ -486,7 +550,8 @@ class SharedLog(FlushLifecycle):
         for n in self._dead:
             s.remove(f"{self.dir.log_dir}/{segment_name(n)}")
         keep = {b for seg in self._segments for b in seg.blobs}
-        orphans = [name for name in s.listdir(self.dir.blob_dir) if name not in keep]
+        orphans = [name for name in s.listdir(self.dir.blob_dir)
+                   if name not in keep and _BLOB_NAME.fullmatch(name)]
         for name in orphans:
             s.remove(f"{self.dir.blob_dir}/{name}")
         if self._dead:
@@ -592,6 +657,7 @@ class SharedLog(FlushLifecycle):
         try:
             if self.fence is not None:
                 self.fence()
+            self._check_place()
             write_durably(self.storage, self.dir.path, CKPT_NAME,
                           Checkpoint(tuple(covered), start, bytes(state), self._last_segment[3]).encode())
             gone = [seg for seg in self._segments if seg.number < start]
@@ -603,7 +669,7 @@ class SharedLog(FlushLifecycle):
                 self._fsync_dir(self.dir.log_dir)
                 if any(seg.blobs for seg in gone):
                     self._fsync_dir(self.dir.blob_dir)
-        except OSError as e:
+        except (OSError, DirectoryMoved) as e:
             self._fail(e)
             raise self.failure() from e
         self._segments = [seg for seg in self._segments if seg.number >= start]
@@ -615,12 +681,13 @@ class SharedLog(FlushLifecycle):
         self._closed = True
         if self._job is not None and not self._job.done:
             self._job.wait()
-        if self._fh is not None:
-            try:
-                self.storage.close(self._fh)
-            except OSError:
-                pass  # a crashed SimDisk already closed it; nothing to release
-            self._fh = None
+        for fh in (self._fh, self._note_fh):
+            if fh is not None:
+                try:
+                    self.storage.close(fh)
+                except OSError:
+                    pass  # a crashed SimDisk already closed it; nothing to release
+        self._fh = self._note_fh = None
         self.dir.close()
 
     @property
@@ -655,6 +722,9 @@ class SharedLog(FlushLifecycle):
             if not sabotage.active.retry_failed_fsync:
                 raise
             s.fdatasync(self._fh)  # sabotage: trusts the page cache after a failed sync
+        # Durable, but not where a restart on the path looks if the directory was moved:
+        # then acknowledge nothing (the check is one stat, beside a sync of 100 µs or more).
+        self._check_place()
         self._offset += total
         self._seq = seq
         self._prev_crc = value
@@ -662,6 +732,7 @@ class SharedLog(FlushLifecycle):
         seg.max_lsns = list(job.covers)
         seg.blobs.extend(names)
         self._last_segment = (seg.number, self._offset, value, seq)
+        self._note_durable()
         self.batches_written += 1
         self.records_written += b.records
         self.blobs_written += len(names)
@@ -868,6 +939,25 @@ class _Scan:
                                    f"but the log holds it only up to {last}",
                                    "Restore the missing log segments (or the right checkpoint) from a "
                                    "backup; truncate_corrupt=True cannot repair this.")
+
+    def check_durable_note(self, note: tuple[int, int, int] | None) -> None:
+        """Refuses a log that ends before the last batch its last writer made durable (per
+        ``log/durable``): batches zeroed or cut after a killed process, before any restart."""
+        log = self.log
+        if note is None or self.rec.truncated_at is not None:
+            return
+        seq, segment, end = note
+        end_num, end_off, _, end_seq = self.chain_end
+        if seq <= end_seq:
+            return
+        if log.read_only and log.storage.held(log.dir.path):
+            return  # a writer opened meanwhile and wrote on: nothing is missing
+        path = f"{log.dir.log_dir}/{segment_name(segment)}"
+        self.corrupt(path, end_off if segment == end_num else 0,
+                     f"the log ends at batch {end_seq}, but its last writer made batch {seq} durable "
+                     f"(up to byte {end} of this segment), as log/{DURABLE} records: acknowledged "
+                     "batches were zeroed or cut since it stopped (or this directory is a copy "
+                     "taken while the engine wrote)")
 
     def _cut(self, gone: list[int]) -> None:
         """truncate_corrupt: drops the given segments (everything after the damage)."""

@@ -4,7 +4,15 @@ The log, checkpoints and blobs never call ``os`` directly, so the simulator can
 put a simulated disk (``SimDisk``) under the unchanged log code. Paths are plain
 strings; file handles are opaque values that only the storage that issued them
 understands. Failures are ``OSError`` with a meaningful ``errno`` (``EIO`` for a
-failed sync, ``ENOSPC`` for a full disk), exactly as the OS reports them.
+failed sync, ``ENOSPC`` for a full disk), exactly as the OS reports them, and
+naming the file; a path that names something other than a regular file where a
+file is opened raises ``NotARegularFile``.
+
+An engine directory is used through a *rooted* storage (``Storage.root``): the
+directory is opened once, and every path under it is resolved through that
+open directory, not by name. A lock is on the directory's inode, so the writes
+must go to that inode too: renaming the directory, or putting a copy in its
+place, then cannot make two writers share one directory.
 """
 
 from __future__ import annotations
@@ -114,6 +122,28 @@ class Storage(Protocol):
     def held(self, directory: str) -> bool:
         """Whether a writer holds ``directory``'s lock now, found without taking or waiting for
         any lock (a read-only inspection must not delay a writer that opens meanwhile)."""
+        ...
+
+    def root(self, directory: str, lock: LockHandle | None = None) -> RootedStorage:
+        """A storage in which every path under ``directory`` resolves inside the directory
+        ``directory`` names now (the one ``lock`` locks, when given), whatever is renamed later.
+
+        Without ``lock`` the directory is opened here (and closed by ``release``); with it,
+        the lock's own hold on the directory is used, and must outlive the rooted storage.
+        """
+        ...
+
+
+class RootedStorage(Storage, Protocol):
+    """A storage pinned to one opened directory (see ``Storage.root``)."""
+
+    def moved(self) -> str | None:
+        """Why the directory's path no longer names the pinned directory (renamed, deleted,
+        replaced), or None while it does."""
+        ...
+
+    def release(self) -> None:
+        """Lets go of the pinned directory (idempotent); the storage must not be used after."""
         ...
 
 

@@ -24,6 +24,12 @@ back, although reads still show the new bytes until the next crash.
 No threads, no real I/O, no clock: the same rng seed gives the same disk.
 Directories are created durable at once (the engine makes them at setup).
 It is not thread-safe; the log touches storage from one thread at a time.
+
+A lock belongs to a directory, not to its name, and ``root`` pins a directory
+as an open descriptor does: outside hands (``move_dir``, ``copy_dir``,
+``remove_dir``: an operator's ``mv``, ``cp -a`` and ``rm -r``, each durable at
+once, as if followed by ``sync``) change which directory a path names, never
+where a pinned storage writes.
 """
 
 from __future__ import annotations
@@ -33,8 +39,9 @@ import errno
 import itertools
 import posixpath
 import random
+from typing import Any
 
-from fusee.errors import DirectoryLocked
+from fusee.errors import DirectoryLocked, NotARegularFile
 from fusee.storage.seam import FileHandle, LockHandle
 
 SECTOR = 512
@@ -54,8 +61,10 @@ class _Inode:
         self.dirty: set[int] = set()  # sectors written since the last sync
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(eq=False)
 class _Dir:
+    #: The directory's identity (its inode number): locks and pins follow it, not its name.
+    serial: int = 0
     durable: dict[str, _Inode] = dataclasses.field(default_factory=dict)
     current: dict[str, _Inode] = dataclasses.field(default_factory=dict)
     # ("link", name, inode) | ("unlink", name, None) | ("rename", src, dst)
@@ -102,9 +111,10 @@ class SimDisk:
         #: The PID the simulated process reports as lock holder.
         self.pid = pid
         self.stats = SimDiskStats()
-        self._dirs: dict[str, _Dir] = {"/": _Dir()}
+        self._dir_serials = itertools.count(1)
+        self._dirs: dict[str, _Dir] = {"/": _Dir(next(self._dir_serials))}
         self._handles: list[_Handle] = []
-        self._locks: dict[str, tuple[str, int]] = {}  # directory -> (mode, holders)
+        self._locks: dict[int, tuple[str, int]] = {}  # directory serial -> (mode, holders)
         self._serials = itertools.count(1)
         self._fail_next = 0
         self._space_left: int | None = None
@@ -192,7 +202,7 @@ class SimDisk:
         if inode is not None and exclusive:
             raise FileExistsError(errno.EEXIST, "file exists", path)
         if inode is None and _norm(path) in self._dirs:
-            raise IsADirectoryError(errno.EISDIR, "is a directory", path)
+            raise NotARegularFile(path, "a directory")
         create = create or exclusive
         if inode is None:
             if not create:
@@ -212,11 +222,12 @@ class SimDisk:
 
     def pwrite(self, fh: FileHandle, data: bytes | bytearray | memoryview, offset: int) -> None:
         self._alive()
-        inode = self._live(fh).inode
+        h = self._live(fh)
+        inode = h.inode
         n = len(data)
         if n == 0:
             return
-        self._grow(inode, offset + n)
+        self._grow(inode, offset + n, h.path)
         inode.data[offset:offset + n] = data
         inode.dirty.update(range(offset // SECTOR, (offset + n - 1) // SECTOR + 1))
         self.stats.writes += 1
@@ -243,7 +254,7 @@ class SimDisk:
             self.stats.failed_fdatasyncs += 1
             # The kernel marks the pages clean anyway: what reached the disk is now fixed.
             self._settle(inode, crash=False)
-            raise OSError(errno.EIO, "simulated fdatasync failure")
+            raise OSError(errno.EIO, "simulated fdatasync failure", fh.path)
         size = len(inode.data)
         if len(inode.disk) != size:
             del inode.disk[size:]
@@ -271,10 +282,11 @@ class SimDisk:
 
     def truncate(self, fh: FileHandle, size: int) -> None:
         self._alive()
-        inode = self._live(fh).inode
+        h = self._live(fh)
+        inode = h.inode
         old = len(inode.data)
         if size > old:
-            self._grow(inode, size)
+            self._grow(inode, size, h.path)
         else:
             del inode.data[size:]
             if self._space_left is not None:
@@ -284,9 +296,10 @@ class SimDisk:
 
     def preallocate(self, fh: FileHandle, size: int) -> None:
         self._alive()
-        inode = self._live(fh).inode
+        h = self._live(fh)
+        inode = h.inode
         if size > len(inode.data):
-            self._grow(inode, size)
+            self._grow(inode, size, h.path)
 
     def rename(self, src: str, dst: str) -> None:
         self._alive()
@@ -330,18 +343,19 @@ class SimDisk:
     def makedirs(self, path: str) -> None:
         p = _norm(path)
         while p not in self._dirs:
-            self._dirs[p] = _Dir()
+            self._dirs[p] = _Dir(next(self._dir_serials))
             p = posixpath.dirname(p)
 
     def lock(self, directory: str, *, shared: bool = False) -> LockHandle:
-        # Like flock on the directory: deleting or replacing a file in it changes nothing.
+        # Like flock on the directory: deleting or replacing a file in it changes nothing, and
+        # the lock stays with the directory when it is renamed. The handle is its serial.
         p = _norm(directory)
-        self._dir(p)
-        held = self._locks.get(p)
+        key = self._dir(p).serial
+        held = self._locks.get(key)
         if held is not None and (not shared or held[0] != "shared"):
             raise DirectoryLocked(p, self.pid)
-        self._locks[p] = ("shared" if shared else "exclusive", 1 + (held[1] if held else 0))
-        return p
+        self._locks[key] = ("shared" if shared else "exclusive", 1 + (held[1] if held else 0))
+        return key
 
     def unlock(self, handle: LockHandle) -> None:
         held = self._locks.pop(handle, None)
@@ -349,8 +363,47 @@ class SimDisk:
             self._locks[handle] = (held[0], held[1] - 1)
 
     def held(self, directory: str) -> bool:
-        held = self._locks.get(_norm(directory))
+        held = self._locks.get(self._dir(directory).serial)
         return held is not None and held[0] == "exclusive"
+
+    def root(self, directory: str, lock: LockHandle | None = None) -> SimRoot:
+        """See ``Storage.root``: pins the directory ``lock`` locks, else the one ``directory`` names."""
+        d = self._dir(directory) if lock is None else self._by_serial(lock)
+        if d is None:
+            raise FileNotFoundError(errno.ENOENT, "the locked directory is gone", directory)
+        return SimRoot(self, directory, d)
+
+    # --- outside hands (an operator's mv, cp -a, rm -r) ------------------------
+
+    def move_dir(self, src: str, dst: str) -> None:
+        """``mv src dst`` of a directory (durable at once): its locks, open files and pins go with it."""
+        a, b = _norm(src), _norm(dst)
+        assert a in self._dirs and b not in self._dirs and posixpath.dirname(b) in self._dirs
+        moved = {p: d for p, d in self._dirs.items() if p == a or p.startswith(a + "/")}
+        for p in moved:
+            del self._dirs[p]
+        for p, d in moved.items():
+            self._dirs[b + p[len(a):]] = d
+
+    def copy_dir(self, src: str, dst: str) -> None:
+        """``cp -a src dst`` (then ``sync``): new directories and files holding what reads of
+        ``src`` see now; no lock, and durable at once."""
+        a, b = _norm(src), _norm(dst)
+        assert a in self._dirs and b not in self._dirs and posixpath.dirname(b) in self._dirs
+        for p in sorted(q for q in self._dirs if q == a or q.startswith(a + "/")):
+            names = {}
+            for name, inode in sorted(self._dirs[p].current.items()):
+                copy = _Inode(next(self._serials))
+                copy.data = bytearray(inode.data)
+                copy.disk = bytearray(inode.data)
+                names[name] = copy
+            self._dirs[b + p[len(a):]] = _Dir(next(self._dir_serials), durable=dict(names), current=names)
+
+    def remove_dir(self, path: str) -> None:
+        """``rm -r path`` (durable at once): files still open stay usable, as on Linux."""
+        a = _norm(path)
+        for p in [q for q in self._dirs if q == a or q.startswith(a + "/")]:
+            del self._dirs[p]
 
     # --- inspection (tests) ---------------------------------------------------
 
@@ -370,14 +423,14 @@ class SimDisk:
 
     # --- internals ------------------------------------------------------------
 
-    def _grow(self, inode: _Inode, end: int) -> None:
+    def _grow(self, inode: _Inode, end: int, path: str) -> None:
         delta = end - len(inode.data)
         if delta <= 0:
             return
         if self._space_left is not None:
             if delta > self._space_left:
                 self.stats.enospc += 1
-                raise OSError(errno.ENOSPC, "simulated disk full")
+                raise OSError(errno.ENOSPC, "simulated disk full", path)
             self._space_left -= delta
         inode.data.extend(bytes(delta))
 
@@ -436,6 +489,116 @@ class SimDisk:
     def _parent(self, path: str) -> tuple[_Dir, str]:
         p = _norm(path)
         return self._dir(posixpath.dirname(p)), posixpath.basename(p)
+
+    def _by_serial(self, serial: int) -> _Dir | None:
+        return next((d for d in self._dirs.values() if d.serial == serial), None)
+
+    def _path_of(self, d: _Dir) -> str | None:
+        """Where the directory is now (None: removed)."""
+        return next((p for p, q in self._dirs.items() if q is d), None)
+
+
+class SimRoot:
+    """A ``SimDisk`` pinned to one directory (``Storage.root``): paths under ``path`` resolve
+    inside that directory wherever it is now, as through an open descriptor."""
+
+    def __init__(self, disk: SimDisk, path: str, anchor: _Dir) -> None:
+        self.disk = disk
+        self.path = _norm(path)
+        self._anchor = anchor
+
+    def __getattr__(self, name: str) -> Any:
+        # The same disk: its fault injection and inspection (fail_next_fdatasync, stats, pid...).
+        return getattr(self.disk, name)
+
+    def _real(self, path: str) -> str:
+        p = _norm(path)
+        if p != self.path and not p.startswith(self.path.rstrip("/") + "/"):
+            return path
+        dirs = self.disk._dirs
+        if dirs.get(self.path) is self._anchor:
+            return p  # not moved: the path names it
+        now = self.disk._path_of(self._anchor)
+        if now is None:
+            raise FileNotFoundError(errno.ENOENT, "the directory was removed", path)
+        return now + p[len(self.path):] if self.path != "/" else now + p
+
+    def moved(self) -> str | None:
+        if self.disk._dirs.get(self.path) is self._anchor:
+            return None
+        if self.path in self.disk._dirs:
+            return (f"{self.path} no longer names the directory this engine locked: it was renamed "
+                    "or deleted and another directory (a copy, say) was put in its place")
+        return f"{self.path} no longer exists: the directory was renamed or deleted"
+
+    def release(self) -> None:
+        pass
+
+    def open(self, path: str, *, create: bool = False, exclusive: bool = False) -> FileHandle:
+        return self.disk.open(self._real(path), create=create, exclusive=exclusive)
+
+    def close(self, fh: FileHandle) -> None:
+        self.disk.close(fh)
+
+    def pwrite(self, fh: FileHandle, data: bytes | bytearray | memoryview, offset: int) -> None:
+        self.disk.pwrite(fh, data, offset)
+
+    def pread(self, fh: FileHandle, size: int, offset: int) -> bytes:
+        return self.disk.pread(fh, size, offset)
+
+    def fdatasync(self, fh: FileHandle) -> None:
+        self.disk.fdatasync(fh)
+
+    def fsync_dir(self, path: str) -> None:
+        self.disk.fsync_dir(self._real(path))
+
+    def drop_cache(self, fh: FileHandle) -> None:
+        self.disk.drop_cache(fh)
+
+    def size(self, fh: FileHandle) -> int:
+        return self.disk.size(fh)
+
+    def truncate(self, fh: FileHandle, size: int) -> None:
+        self.disk.truncate(fh, size)
+
+    def preallocate(self, fh: FileHandle, size: int) -> None:
+        self.disk.preallocate(fh, size)
+
+    def rename(self, src: str, dst: str) -> None:
+        self.disk.rename(self._real(src), self._real(dst))
+
+    def remove(self, path: str) -> None:
+        self.disk.remove(self._real(path))
+
+    def listdir(self, path: str) -> list[str]:
+        return self.disk.listdir(self._real(path))
+
+    def exists(self, path: str) -> bool:
+        try:
+            return self.disk.exists(self._real(path))
+        except FileNotFoundError:
+            return False
+
+    def is_dir(self, path: str) -> bool:
+        try:
+            return self.disk.is_dir(self._real(path))
+        except FileNotFoundError:
+            return False
+
+    def makedirs(self, path: str) -> None:
+        self.disk.makedirs(self._real(path))
+
+    def lock(self, directory: str, *, shared: bool = False) -> LockHandle:
+        return self.disk.lock(self._real(directory), shared=shared)
+
+    def unlock(self, handle: LockHandle) -> None:
+        self.disk.unlock(handle)
+
+    def held(self, directory: str) -> bool:
+        return self.disk.held(self._real(directory))
+
+    def root(self, directory: str, lock: LockHandle | None = None) -> SimRoot:
+        return self.disk.root(self._real(directory), lock)
 
 
 def _norm(path: str) -> str:

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import shutil
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -65,3 +68,49 @@ def test_the_owner_listens_on_an_abstract_address_not_a_file_in_the_directory(tm
     deep = tmp_path / ("d" * 120)
     address = socket_address(str(deep), 4)
     assert address.startswith("@fusee-") and address.endswith("-4")
+
+
+def _waiters_on(path: Path) -> int:
+    """Blocked ``flock`` waiters on the directory's inode, from the kernel's lock table."""
+    st = os.stat(path)
+    inode = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    with open("/proc/locks") as f:
+        return sum(1 for line in f if "->" in line.split() and inode in line.split())
+
+
+def test_the_directory_lease_is_lost_once_the_path_names_another_directory(tmp_path: Path) -> None:
+    """``mv d d.old && cp -a d.old d``: the holder still holds d.old, which is no longer the lease
+    of what others open as d; it says so, and writes only into d.old."""
+    d, old = tmp_path / "d", tmp_path / "d.old"
+    d.mkdir()
+    a = DirectoryLease(str(d))
+    assert a.try_acquire() and a.still_held()
+    d.rename(old)
+    shutil.copytree(old, d)
+    assert not a.still_held()
+    a.publish("/some/where")  # into the directory it locked, never into the copy
+    assert read_owner(str(old)) == (1, "/some/where", os.getpid()) and read_owner(str(d)) is None
+    b = DirectoryLease(str(d))
+    assert b.try_acquire() and b.epoch == 2 and b.still_held()  # the copy is free: its own lease
+
+    # A waiter blocked on the copy while it is moved away and restored again wins the lease of
+    # what the path names when the holder goes, not the lock of the moved directory.
+    stop = threading.Event()
+    won: list[bool] = []
+    c = DirectoryLease(str(d))
+    t = threading.Thread(target=lambda: won.append(c.wait_acquire(stop)))
+    t.start()
+    deadline = time.monotonic() + 20
+    while _waiters_on(d) == 0:  # the waiter is blocked in flock on the copy's inode
+        assert time.monotonic() < deadline, "the waiter never blocked on the lock"
+        time.sleep(0.001)
+    moved = tmp_path / "d.moved"
+    d.rename(moved)
+    shutil.copytree(moved, d)
+    b.release()
+    t.join(20)
+    assert won == [True] and c.still_held()
+    assert read_epoch(PosixStorage(), str(d)) == c.epoch == 3
+    assert read_epoch(PosixStorage(), str(moved)) == 2  # the moved directory was not taken over
+    for lease in (a, c):
+        lease.release()

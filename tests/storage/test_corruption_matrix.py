@@ -136,14 +136,22 @@ def test_every_truncation_point_of_the_last_segment(base: Base) -> None:
         assert isinstance(outcome, str), f"a segment cut at byte {at} was accepted"
 
 
-def test_whole_batches_zeroed_from_a_boundary_look_like_a_clean_end_unless_pinned(base: Base) -> None:
-    """The documented limit: zeroing whole batches from the end of the last life is indistinguishable
-    from a log that ended there, except where a later segment or a checkpoint pins the end."""
+def test_whole_batches_zeroed_from_a_boundary_are_refused_while_log_durable_remembers_them(base: Base) -> None:
+    """Zeroing whole batches from the end of the last life: ``log/durable`` (written after each
+    flush, never synced) still names the last durable batch, so the open refuses. Without it
+    (a power loss may take it) the documented limit remains: it looks like a log that ended
+    there, unless a later segment or a checkpoint pins the end."""
     seg = base.last_segment
     data = base.files[seg]
     start = base.extents[-1][0]
-    outcome = base.open_with({**base.files, seg: data[:start] + bytes(len(data) - start)})
-    assert outcome == base.acked[:-3]
+    zeroed = {**base.files, seg: data[:start] + bytes(len(data) - start)}
+    assert base.open_with(zeroed) == "refused: LogCorrupted"
+    note = f"{ROOT}/log/durable"
+    assert note in zeroed
+    without = {p: d for p, d in zeroed.items() if p != note}
+    assert base.open_with(without) == base.acked[:-3]
+    torn = {**zeroed, note: bytes(len(zeroed[note]))}  # a torn note is ignored, never trusted
+    assert base.open_with(torn) == base.acked[:-3]
 
 
 def test_each_checkpoint_variant(base: Base) -> None:

@@ -190,7 +190,7 @@ def test_an_open_that_wrote_nothing_leaves_no_segment_behind() -> None:
     assert records == acked
     assert log.segment_numbers == [1, 5]
     assert log._header is not None and log._header.prev_segment == 1
-    assert disk.listdir(LOG_DIR) == [segment_name(1), segment_name(5), "newest"]
+    assert disk.listdir(LOG_DIR) == [segment_name(1), segment_name(5), "durable", "newest"]
     log.close()
 
 

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from fusee.errors import DirectoryLocked
+from fusee.errors import DirectoryLocked, NotARegularFile
 from fusee.storage.simdisk import SECTOR, SimDisk
 
 
@@ -200,3 +200,46 @@ def test_drop_cache_shows_what_a_failed_sync_left_on_the_platter() -> None:
     d.drop_cache(fh)
     assert d.pread(fh, SECTOR, 0) == platter
     d.close(fh)
+
+
+def test_a_pinned_directory_keeps_its_lock_and_files_through_a_rename_and_a_restored_copy() -> None:
+    """The outside hands of the simulator: mv, cp -a, rm -r. A lock and a pin (``root``) follow
+    the directory, as a flock and an open descriptor do; the path then names the copy."""
+    d = SimDisk(random.Random(1))
+    d.makedirs("/e/log")
+    lock = d.lock("/e")
+    pinned = d.root("/e", lock)
+    write(pinned, "/e/log/a", b"before", sync=True)  # type: ignore[arg-type]
+    pinned.fsync_dir("/e/log")
+    assert pinned.moved() is None
+    d.move_dir("/e", "/e.old")
+    assert "no longer exists" in (pinned.moved() or "")
+    d.copy_dir("/e.old", "/e")
+    assert "no longer names" in (pinned.moved() or "")
+    d.lock("/e")  # the copy is not locked: another process may take it
+    with pytest.raises(DirectoryLocked):
+        d.lock("/e.old")  # the lock went with the original
+    write(pinned, "/e/log/a", b"after!", sync=True)  # type: ignore[arg-type]
+    assert read(d, "/e.old/log/a") == b"after!" and read(d, "/e/log/a") == b"before"
+    assert read(pinned, "/e/log/a") == b"after!"  # type: ignore[arg-type]
+    d.crash()  # the copy and the move were durable at once
+    assert read(d, "/e/log/a") == b"before" and read(d, "/e.old/log/a") == b"after!"
+    d.remove_dir("/e.old")
+    assert not pinned.exists("/e/log/a") and not d.exists("/e.old")
+
+
+def test_a_directory_opened_as_a_file_is_refused_naming_it() -> None:
+    d = SimDisk(random.Random(1))
+    d.makedirs("/e/log")
+    with pytest.raises(NotARegularFile, match="/e/log is a directory"):
+        d.open("/e/log")
+
+
+def test_a_failed_sync_names_its_file() -> None:
+    d = SimDisk(random.Random(1))
+    d.makedirs("/e")
+    fh = d.open("/e/f", create=True)
+    d.fail_next_fdatasync()
+    with pytest.raises(OSError, match="/e/f") as info:
+        d.fdatasync(fh)
+    assert info.value.errno == errno.EIO
