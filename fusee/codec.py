@@ -112,9 +112,9 @@ class Codec:
             try:
                 return self._any.decode(data)
             except msgspec.DecodeError as error:
-                raise SerializationError(f"cannot decode the bytes as JSON: {error}") from error
+                raise SerializationError(f"the value is not valid JSON: {error}") from error
             except RecursionError:
-                raise SerializationError(f"cannot decode the bytes: nested deeper than {MAX_DEPTH} levels") from None
+                raise SerializationError(f"the value is nested deeper than {MAX_DEPTH} levels") from None
         return self._decoder_for(tp)(data)
 
     def _decoder_for(self, tp: object) -> Callable[[bytes | bytearray | memoryview], Any]:
@@ -140,12 +140,12 @@ class Codec:
             try:
                 return msgspec_decoder.decode(data)
             except msgspec.ValidationError as error:
-                raise SerializationError(f"cannot convert the bytes to {name}: {error}") from error
+                raise SerializationError(f"the value is not a valid {name}: {error}") from error
             except msgspec.DecodeError as error:
-                raise SerializationError(f"cannot decode the bytes as JSON for {name}: {error}") from error
+                raise SerializationError(f"the value for {name} is not valid JSON: {error}") from error
             except RecursionError:
                 raise SerializationError(
-                    f"cannot decode the bytes as {name}: nested deeper than {MAX_DEPTH} levels") from None
+                    f"the value for {name} is nested deeper than {MAX_DEPTH} levels") from None
 
         return decode
 

@@ -34,3 +34,29 @@ async def test_a_where_nested_too_deep_is_a_400(engine: fusee.Engine, where: str
     assert r.status_code == 400, r.text
     err = r.json()["error"]
     assert err["type"] == "InvalidQuery" and err["field"] == "where" and "deeper than 64" in err["message"]
+
+
+async def test_a_wrongly_typed_update_argument_is_explained_in_the_users_words(tmp_path: Path) -> None:
+    # The message names the type and the value, not the codec's bytes (issue 22, finding 9).
+    counted = fusee.update("set_count", int)
+
+    @fusee.workflow("typed_update_words")
+    async def wf(ctx: fusee.Ctx) -> int:
+        state = {"n": 0}
+
+        def apply(v: int) -> int:
+            state["n"] = v
+            return v
+
+        ctx.on_update(counted, apply)
+        await ctx.wait_for(fusee.signal("stop_typed_update_words"), timeout="1h")
+        return state["n"]
+
+    async with fusee.Engine.open(tmp_path / "e", workflows=[wf]) as engine:
+        await engine.start(wf, "w")
+        transport = httpx.ASGITransport(app=app(engine))
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as c:
+            r = await c.post("/api/runs/w/update", json={"name": "set_count", "arg": "three"})
+        assert r.status_code == 400, r.text
+        message = r.json()["error"]["message"]
+        assert "int" in message and "bytes" not in message, message
