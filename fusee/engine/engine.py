@@ -535,6 +535,7 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
             on_durable=lambda durable: self._rt.on_durable(durable),
             clock=env.monotonic,
             run_inline=getattr(env, "flush_inline", None),
+            hold_timer=getattr(env, "hold_timer", None),
         )
         self._rt = Runtime(
             env,

@@ -16,6 +16,7 @@ import asyncio
 import concurrent.futures
 import os
 import random
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol, TypeVar
@@ -118,6 +119,30 @@ class RealEnv:
         return self._host_loop().run_in_executor(self._steps, fn)
 
     wait_flush = staticmethod(flush_modes.wait_for_job)
+
+    def hold_timer(self, delay: float, fn: Callable[[], None]) -> Callable[[], None]:
+        """Calls ``fn`` on the host loop after ``delay`` seconds; returns what cancels it.
+
+        A held flush waits about one ``fdatasync`` (100 µs here), but asyncio's
+        timers wake an idle loop to the millisecond (epoll's resolution): below
+        that, the log's thread waits instead (it is idle while a flush is held),
+        to the tens of microseconds.
+        """
+        loop = self._host_loop()
+        if delay >= 1e-3:
+            return loop.call_later(delay, fn).cancel
+        cancelled = threading.Event()
+
+        def fire() -> None:
+            if not cancelled.is_set():
+                fn()
+
+        def wait() -> None:
+            if not cancelled.wait(delay):
+                loop.call_soon_threadsafe(fire)
+
+        self._io.submit(wait)
+        return cancelled.set
 
     def message_delay(self) -> float:
         return 0.0

@@ -317,3 +317,25 @@ def test_flush_mode_from_the_environment_overrides_the_argument(monkeypatch: pyt
     monkeypatch.setenv("FUSEE_FLUSH", "sometimes")
     with pytest.raises(ValueError, match="FUSEE_FLUSH='sometimes'"):
         flush_modes.resolve(None)
+
+
+async def test_the_real_envs_hold_timer_fires_once_and_a_cancelled_one_never(tmp_path: Path) -> None:
+    # A held flush's bound: below a millisecond the log's thread times it (asyncio's timers
+    # wake an idle loop only to the millisecond). Counted, not timed.
+    from fusee.runtime.env import RealEnv
+
+    env = RealEnv(PosixStorage())
+    fired: list[str] = []
+    try:
+        cancel = env.hold_timer(200e-6, lambda: fired.append("cancelled"))
+        cancel()
+        env.hold_timer(100e-6, lambda: fired.append("short"))
+        env.hold_timer(2e-3, lambda: fired.append("long"))
+        for _ in range(10_000):
+            if len(fired) >= 2:
+                break
+            await asyncio.sleep(0.001)
+        await asyncio.sleep(0.01)  # anything still on its way lands meanwhile
+    finally:
+        env.close()
+    assert sorted(fired) == ["long", "short"]
