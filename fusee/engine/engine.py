@@ -1274,7 +1274,6 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
     async def journal(self, workflow_id: str) -> list[rec.Record]:
         """The durable records of the workflow's current run, in journal order."""
         self._check_open()
-        await asyncio.sleep(0)  # a turn of the loop per call: a caller may poll this (see query)
         st = self._rt.current(self._check_id(workflow_id))
         durable = self._rt.durable(st.shard)
         journal, lsns = self._rt.journal_of(st)
@@ -1306,7 +1305,6 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
             raise ValueError(f"offset must be an int >= 0, got {offset!r}")
         loop = asyncio.get_running_loop()
         deadline = loop.time() + (to_ms(wait) / 1000 if wait is not None else 0)
-        await asyncio.sleep(0)  # a turn of the loop per call: a caller may poll this (see query)
         while True:
             st = self._rt.current(wid)
             journal, lsns = self._rt.journal_of(st)

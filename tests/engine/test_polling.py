@@ -1,6 +1,6 @@
 """Polling a run from the caller's loop lets the engine work (issue 22, finding 3).
 
-``await run.query(...)`` (and the other reads a caller polls) is async: each
+``await run.query(...)`` (and ``await engine.schedules()``) is async: each
 call yields to the event loop once, so a loop that polls until the run moves
 on sees it move on, however fast the answer is.
 """
@@ -33,29 +33,22 @@ async def two_phases(ctx: fusee.Ctx) -> str:
     return phase
 
 
-@fusee.workflow("streamer")
-async def streamer(ctx: fusee.Ctx) -> None:
-    n = await ctx.step("work", lambda: 1)
-    await ctx.stream("out").write(n)
-    await ctx.sleep("rest", "1h")
-
-
 @fusee.workflow("job")
 async def job(ctx: fusee.Ctx) -> int:
     return 1
 
 
 def memory(tmp_path: Path) -> Any:
-    return fusee.Engine.open(None, workflows=[two_phases, streamer, job])
+    return fusee.Engine.open(None, workflows=[two_phases, job])
 
 
 def directory(tmp_path: Path) -> Any:
-    return fusee.Engine.open(tmp_path / "e", workflows=[two_phases, streamer, job])
+    return fusee.Engine.open(tmp_path / "e", workflows=[two_phases, job])
 
 
 @asynccontextmanager
 async def kit_engine(tmp_path: Path) -> AsyncIterator[Any]:
-    async with TestEngine(workflows=[two_phases, streamer, job], skip_time=False) as env:
+    async with TestEngine(workflows=[two_phases, job], skip_time=False) as env:
         yield env
 
 
@@ -79,24 +72,6 @@ async def test_a_query_loop_lets_the_run_move_on(opened: Callable[[Path], Any], 
 
         await polls_until(still_x)
         assert await run.query(phase_q) == "y"
-
-
-@pytest.mark.parametrize("opened", ENGINES, ids=["memory", "directory", "TestEngine"])
-async def test_a_journal_or_stream_loop_lets_the_run_move_on(opened: Callable[[Path], Any], tmp_path: Path) -> None:
-    async with opened(tmp_path) as engine:
-        await engine.start(two_phases, "w")
-
-        async def no_step_yet() -> bool:
-            return not any(type(r).__name__ == "Step" for r in await engine.journal("w"))
-
-        await polls_until(no_step_yet)
-        await engine.start(streamer, "s")
-
-        async def no_chunk_yet() -> bool:
-            chunks, _, _ = await engine.read_stream_batch("s", "out")
-            return not chunks
-
-        await polls_until(no_chunk_yet)
 
 
 @pytest.mark.parametrize("opened", ENGINES, ids=["memory", "directory", "TestEngine"])
