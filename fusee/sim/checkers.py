@@ -732,6 +732,13 @@ def check_live_read(durable: list[int], seen: list[int] | None, refused: str | N
     return problems
 
 
+def check_view_stuck(view: dict[str, str], live: dict[str, str]) -> list[str]:
+    """An operator's read-only view (``fusee runs DIR``, ``Engine.open(read_only=True)``) reports
+    no run stuck that the live engine runs healthily (a schedule whose time passed, say)."""
+    return [f"a read-only view reports {wid} stuck ({why}) while the live engine runs it"
+            for wid, why in sorted(view.items()) if wid not in live]
+
+
 def check_moved(started: Iterable[str], snap: Snapshot) -> list[str]:
     """The directory was renamed and a copy restored at its path while the engine ran: every
     start the engine acknowledged after that (``started``) is in the copy, the directory a

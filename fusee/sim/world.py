@@ -457,9 +457,35 @@ class World:
             seen = [reader.durable(s) for s in range(log.shards)]
             reader.close()
         problems = checkers.check_live_read(durable, seen, refused, self._disk_state() != before)
+        if refused is None and not problems:
+            problems = checkers.check_view_stuck(self._view_stuck(), engine.stuck())
         if problems:
             raise self.fail(problems[0])
         self.log(f"an operator read the live directory: records up to {seen}")
+
+    def _view_stuck(self) -> dict[str, str]:
+        """``Engine.open(DIR, read_only=True)`` beside the live engine, as ``fusee runs DIR`` opens it
+        (on a loop of its own, at the world's time): the runs its view reports stuck."""
+        view_loop = SimLoop(start=self.loop.now)
+        env = SimEnv(self.disk, random.Random(0), view_loop, lambda: 0.0001,
+                     clock_offset_ms=self.clock_offset_ms)
+        options = {k: v for k, v in self._engine_options().items() if k != "telemetry"}
+
+        async def look() -> dict[str, str]:
+            view = await fusee.Engine.open(DATA_DIR, workflows=self.plan.workflows, env=env,
+                                           limits=self.plan.limits, read_only=True, **options)
+            try:
+                return view.stuck()
+            finally:
+                await view.close()
+
+        task = view_loop.create_task(look())
+        task.add_done_callback(lambda _: view_loop.stop())
+        view_loop.run_until(view_loop.now + 60.0)
+        try:
+            return task.result() if task.done() else {"(view)": "the read-only open did not finish"}
+        finally:
+            view_loop.bury()
 
     def _disk_state(self) -> tuple[Any, ...]:
         """What a reader must leave as it was: the files, their sizes, the writes made."""
