@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from fusee.core import journal as jm
 from fusee.core import records as rec
-from fusee.definitions import QueryDef
+from fusee.declarations import QueryDef
 from fusee.errors import DeterminismError, QueryFailed
 from fusee.retry import Retry
 from fusee.runtime.run import Run

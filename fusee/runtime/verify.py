@@ -20,7 +20,7 @@ from fusee.core import journal as jm
 from fusee.errors import DeterminismError
 
 if TYPE_CHECKING:
-    from fusee.definitions import WorkflowDef
+    from fusee.declarations import WorkflowDef
     from fusee.runtime.runtime import Runtime
     from fusee.runtime.table import WorkflowState
 
