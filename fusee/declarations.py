@@ -19,7 +19,7 @@ R_co = TypeVar("R_co", covariant=True)
 
 @dataclasses.dataclass(frozen=True)
 class SignalDef(Generic[T]):
-    """A named signal carrying values of ``type``; declare with :func:`signal`."""
+    """A named signal carrying values of ``type``; declare with :func:`fusee.signal`."""
 
     name: str
     type: Any = Any
@@ -27,7 +27,7 @@ class SignalDef(Generic[T]):
 
 @dataclasses.dataclass(frozen=True)
 class QueryDef(Generic[R_co]):
-    """A named query whose answers are of ``result_type``; declare with :func:`query`."""
+    """A named query whose answers are of ``result_type``; declare with :func:`fusee.query`."""
 
     name: str
     result_type: Any = Any
@@ -35,7 +35,7 @@ class QueryDef(Generic[R_co]):
 
 @dataclasses.dataclass(frozen=True)
 class UpdateDef(Generic[T]):
-    """A named update taking an argument of ``arg_type`` and answering ``result_type``; declare with :func:`update`."""
+    """A named update taking an argument of ``arg_type`` and answering ``result_type``; declare with :func:`fusee.update`."""
 
     name: str
     arg_type: Any = Any

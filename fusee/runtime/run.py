@@ -123,8 +123,9 @@ class Op:
 class RunHost(Protocol):
     """The runtime as one run sees it: all a run may ask of its host.
 
-It lives beside ``Run`` (its methods take one); ``fusee.runtime.host`` re-exports it.
-"""
+    It lives beside ``Run`` (its methods take one), so the run imports nothing
+    above it; ``fusee.runtime.host`` re-exports it.
+    """
 
     env: Env
     loop: asyncio.AbstractEventLoop

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from fusee.core import journal as jm
 from fusee.errors import DeterminismError, FuseeError
-from fusee.runtime.ended import ReplayHost
+from fusee.runtime.ended import ReplayHost, replay_read_only
 
 if TYPE_CHECKING:
     from fusee.declarations import WorkflowDef
@@ -70,8 +70,6 @@ def code_fingerprint(wdef: WorkflowDef[Any, Any]) -> int:
 
 async def check_parked(rt: VerifyHost, stale: list[WorkflowState]) -> None:
     """Replays each parked run in ``stale`` read-only; marks stuck those that diverge."""
-    from fusee.runtime.ended import replay_read_only
-
     checked = 0
     for st in stale:
         if rt.closed:
