@@ -1,45 +1,29 @@
-"""Workflow, signal, query and update definitions: plain values users declare once."""
+"""Workflow, signal, query and update definitions: plain values users declare once.
+
+The values themselves are ``fusee.declarations`` (below the runtime, re-exported
+here); this module declares them, and types ``@workflow`` against :class:`fusee.Ctx`.
+"""
 
 from __future__ import annotations
 
-import dataclasses
 import inspect
 import typing
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
+
+# The data classes live below the runtime (which reads them); this module, above it, declares them.
+from fusee.declarations import QueryDef as QueryDef
+from fusee.declarations import R_co as R_co
+from fusee.declarations import SignalDef as SignalDef
+from fusee.declarations import UpdateDef as UpdateDef
+from fusee.declarations import WorkflowDef as WorkflowDef
 
 if TYPE_CHECKING:
+    # Only to type what @workflow accepts: a function taking a Ctx.
     from fusee.runtime.context import Ctx
 
 T = TypeVar("T")
 R = TypeVar("R")
-#: A workflow's result type: a workflow returning int is one that returns a number.
-R_co = TypeVar("R_co", covariant=True)
-
-
-@dataclasses.dataclass(frozen=True)
-class SignalDef(Generic[T]):
-    """A named signal carrying values of ``type``; declare with :func:`signal`."""
-
-    name: str
-    type: Any = Any
-
-
-@dataclasses.dataclass(frozen=True)
-class QueryDef(Generic[R_co]):
-    """A named query whose answers are of ``result_type``; declare with :func:`query`."""
-
-    name: str
-    result_type: Any = Any
-
-
-@dataclasses.dataclass(frozen=True)
-class UpdateDef(Generic[T]):
-    """A named update taking an argument of ``arg_type`` and answering ``result_type``; declare with :func:`update`."""
-
-    name: str
-    arg_type: Any = Any
-    result_type: Any = Any
 
 
 def _check_name(kind: str, name: object) -> str:
@@ -139,30 +123,6 @@ def update(name: str, arg_type: Any = Any, result_type: Any = Any) -> UpdateDef[
     converted to it. Where a type is not given, values must be plain JSON.
     """
     return UpdateDef(_check_name("update", name), arg_type, result_type)
-
-
-@dataclasses.dataclass(frozen=True)
-class WorkflowDef(Generic[T, R_co]):
-    """A registered workflow: its name, version, code and the types of its input and result.
-
-    Calling it directly is an error; start it through an engine.
-    """
-
-    name: str
-    fn: Callable[..., Awaitable[Any]]
-    version: int
-    input_type: Any
-    result_type: Any
-    takes_input: bool
-    #: A ``fusee.Debounce`` or ``fusee.Batch`` rule: the workflow runs on windows of
-    #: events given to ``engine.enqueue`` (None: an ordinary workflow).
-    window: Any = None
-
-    def __call__(self, *args: object, **kwargs: object) -> typing.NoReturn:
-        raise TypeError(
-            f"workflow '{self.name}' is not called directly: use "
-            f"await engine.start({self.fn.__name__}, workflow_id, input) or engine.execute(...)"
-        )
 
 
 In = TypeVar("In")

@@ -35,7 +35,7 @@ from fusee.runtime.tokens import parse_token
 
 if TYPE_CHECKING:
     from fusee.engine.visibility import Metrics
-    from fusee.runtime.run import Run
+    from fusee.runtime.telemetry import TracedRun
 
 #: The instrumentation scope of every span and instrument.
 SCOPE = "fusee"
@@ -210,7 +210,7 @@ class OTelTelemetry:
         self._tracer = trace.get_tracer(SCOPE, _version(), tracer_provider=tracer_provider) if traces else None
         self._instruments = _instruments_for(meter_provider) if metrics else None
         #: Executions begun and not ended: their spans (None when traces are off).
-        self._steps: dict[tuple[Run, int], trace.Span | None] = {}
+        self._steps: dict[tuple[TracedRun, int], trace.Span | None] = {}
         self.path = path
         self.counts = _Counts()
         self._metrics = snapshot
@@ -339,7 +339,7 @@ class OTelTelemetry:
 
     # --- runs ------------------------------------------------------------------
 
-    def run_begin(self, run: Run, replayed: int) -> Any:
+    def run_begin(self, run: TracedRun, replayed: int) -> Any:
         if self._tracer is None:
             return None
         info = run.machine.info
@@ -357,7 +357,7 @@ class OTelTelemetry:
             },
         )
 
-    def run_end(self, run: Run, outcome: str, error: str | None) -> None:
+    def run_end(self, run: TracedRun, outcome: str, error: str | None) -> None:
         span, run.span = run.span, None
         if span is None:
             return
@@ -375,7 +375,7 @@ class OTelTelemetry:
 
     # --- steps -----------------------------------------------------------------
 
-    def step_begin(self, run: Run, seq: int) -> None:
+    def step_begin(self, run: TracedRun, seq: int) -> None:
         if self._tracer is None:
             self._steps[(run, seq)] = None  # counted when it ends
             return
@@ -394,7 +394,7 @@ class OTelTelemetry:
             },
         )
 
-    def enter_step(self, run: Run, seq: int) -> Any:
+    def enter_step(self, run: TracedRun, seq: int) -> Any:
         span = self._steps.get((run, seq))
         if span is None:
             return None
@@ -403,7 +403,7 @@ class OTelTelemetry:
     def leave_step(self, entered: Any) -> None:
         otel_context.detach(entered)
 
-    def step_end(self, run: Run, seq: int, outcome: str, error: str | None) -> None:
+    def step_end(self, run: TracedRun, seq: int, outcome: str, error: str | None) -> None:
         key = (run, seq)
         if key not in self._steps:
             return  # its outcome was reported already

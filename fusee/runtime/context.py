@@ -13,14 +13,26 @@ import functools
 import inspect
 import uuid
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, TypeVarTuple, overload
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Concatenate,
+    ParamSpec,
+    Protocol,
+    TypeVar,
+    TypeVarTuple,
+    overload,
+)
 
-from fusee.definitions import QueryDef, SignalDef, UpdateDef, WorkflowDef
+from fusee import codec
+from fusee.declarations import QueryDef, SignalDef, UpdateDef, WorkflowDef
 from fusee.errors import FuseeError
 
 if TYPE_CHECKING:
+    import asyncio
+
+    from fusee.core import journal as jm
     from fusee.retry import Retry
-    from fusee.runtime.run import Run
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -29,6 +41,52 @@ P = ParamSpec("P")
 Ts = TypeVarTuple("Ts")
 
 Duration = float | int | datetime.timedelta | str
+
+
+class _Limits(Protocol):
+    limiter: Any  # fusee.limits.Limiter: checks a step's limit= at ctx.step
+
+
+class CtxRun(Protocol):
+    """What a :class:`Ctx` asks of its run (``fusee.runtime.run.Run`` provides it).
+
+    Defined here, below the run, so that ``Ctx`` does not import the run back;
+    a call through it costs what a call on the run itself costs.
+    """
+
+    workflow_id: str
+    run_id: int
+
+    @property
+    def machine(self) -> jm.RunMachine: ...
+    @property
+    def rt(self) -> _Limits: ...
+
+    def op_step(
+        self, name: str, fn: Callable[..., Any], retry: Retry | None, timeout: Any, read_only: bool,
+        result_type: Any, heartbeat_timeout: Any = None, limit: Any = None,
+    ) -> asyncio.Future[Any]: ...
+    def op_await(
+        self, name: str, fn: Callable[..., Any], retry: Retry | None, timeout: Any, result_type: Any,
+    ) -> asyncio.Future[Any]: ...
+    def op_sleep(self, name: str, duration: Any) -> asyncio.Future[Any]: ...
+    def op_wait(self, signal: SignalDef[Any], timeout: Any) -> asyncio.Future[Any]: ...
+    def op_child(
+        self, workflow: WorkflowDef[Any, Any], workflow_id: str, input: Any, close_policy: str, timeout: Any,
+        detached: bool,
+    ) -> asyncio.Future[Any]: ...
+    def op_send(self, target: str, signal: SignalDef[Any], value: Any) -> asyncio.Future[Any]: ...
+    def op_stream(self, name: str) -> Any: ...
+    def op_now(self) -> datetime.datetime: ...
+    def op_random(self) -> float: ...
+    def op_uuid(self) -> uuid.UUID: ...
+    def op_patched(self, patch_id: str) -> bool: ...
+    def op_attributes(self, attributes: dict[str, Any]) -> None: ...
+    def op_continue_as_new(self, input: Any) -> Awaitable[None]: ...
+    def set_query_handler(self, query: QueryDef[Any], handler: Callable[..., Any]) -> None: ...
+    def set_update_handler(
+        self, update: UpdateDef[Any], handler: Callable[..., Any], validator: Callable[..., Any] | None
+    ) -> None: ...
 
 
 class ContinueAsNew(BaseException):
@@ -223,6 +281,36 @@ def signature_key(fn: Callable[..., Any]) -> Any:
     return fn if hasattr(fn, "__name__") else ("instance", type(fn))
 
 
+_fn_cache: dict[Any, tuple[bool, bool, Any]] = {}
+
+
+def describe_fn(fn: Callable[..., Any]) -> tuple[bool, bool, Any]:
+    """(takes a StepInfo, is a coroutine function, return annotation) of a step function.
+
+    Cached per code object (and how a partial or a bound method shifts its
+    parameters): a loop of steps made from one lambda pays for the inspection
+    once.
+    """
+    key = None
+    try:
+        key = signature_key(fn)
+        if key is not None:
+            return _fn_cache[key]
+    except (KeyError, TypeError):
+        pass
+    v = (takes_step_info(fn), inspect.iscoroutinefunction(fn), _return_type(fn))
+    try:
+        if key is not None and len(_fn_cache) < 4096:
+            _fn_cache[key] = v
+    except TypeError:
+        pass
+    return v
+
+
+def _return_type(fn: Callable[..., Any]) -> Any:
+    return codec.return_type_of(fn)
+
+
 def _wants_step_info(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
     try:
         params = [
@@ -256,7 +344,7 @@ class Ctx:
 
     __slots__ = ("_run",)
 
-    def __init__(self, run: Run) -> None:
+    def __init__(self, run: CtxRun) -> None:
         self._run = run
 
     # --- identity -----------------------------------------------------
@@ -394,8 +482,6 @@ class Ctx:
             req = self._run.rt.limiter.request(limit, priority, fairness_key)
         if args or kwargs:
             if result_type is None:
-                from fusee.runtime.run import describe_fn
-
                 result_type = describe_fn(fn)[2]
             fn = bind_step_args(fn, args, kwargs)
         return self._run.op_step(name, fn, retry, timeout, read_only, result_type, heartbeat_timeout, req)

@@ -15,18 +15,44 @@ from __future__ import annotations
 import asyncio
 import random
 from collections import OrderedDict
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from fusee.core import journal as jm
 from fusee.core import records as rec
-from fusee.definitions import QueryDef
+from fusee.declarations import QueryDef
 from fusee.errors import DeterminismError, QueryFailed
 from fusee.retry import Retry
 from fusee.runtime.run import Run
 
 if TYPE_CHECKING:
-    from fusee.runtime.runtime import Runtime
+    from fusee.declarations import WorkflowDef
+    from fusee.runtime.env import Env
     from fusee.runtime.table import WorkflowState
+
+
+class ReplayHost(Protocol):
+    """What a read-only replay asks of the runtime (``Runtime`` provides it): its settings,
+    registry and journals. Anything else a replayed run reads of it goes through
+    ``_ReadOnlyRuntime``, which lets plain values by and turns actions into no-ops."""
+
+    @property
+    def env(self) -> Env: ...
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop: ...
+    @property
+    def tracebacks(self) -> bool: ...
+    @property
+    def default_retry(self) -> Retry: ...
+    @property
+    def workflows(self) -> dict[str, WorkflowDef[Any, Any]]: ...
+    @property
+    def versions(self) -> dict[tuple[str, int], WorkflowDef[Any, Any]]: ...
+    @property
+    def limiter(self) -> Any: ...
+
+    def check_registered(self, wdef: WorkflowDef[Any, Any] | str) -> WorkflowDef[Any, Any]: ...
+    def definition(self, wtype: str, version: int) -> WorkflowDef[Any, Any] | None: ...
+    def journal_of(self, st: WorkflowState) -> tuple[list[rec.Record], list[int]]: ...
 
 
 def _ignored(*args: Any, **kwargs: Any) -> None:
@@ -51,7 +77,7 @@ class _ReadOnlyRuntime:
     start a child, send a message, report an ending) does nothing.
     """
 
-    def __init__(self, rt: Runtime) -> None:
+    def __init__(self, rt: ReplayHost) -> None:
         self._rt = rt
         self.env = _ReadOnlyEnv(rt.env)
         self.loop: asyncio.AbstractEventLoop = rt.loop
@@ -113,7 +139,7 @@ REPLAYS_KEPT = 16
 _KEPT_ATTR = "_ended_replays"
 
 
-def answer_query(rt: Runtime, st: WorkflowState, query: QueryDef[Any], arg: Any) -> Any:
+def answer_query(rt: ReplayHost, st: WorkflowState, query: QueryDef[Any], arg: Any) -> Any:
     """The answer of ``query`` for the ended run ``st``, from a read-only replay of its journal.
 
     Raises :class:`QueryFailed` when its workflow type is not registered,
@@ -136,7 +162,7 @@ def answer_query(rt: Runtime, st: WorkflowState, query: QueryDef[Any], arg: Any)
     return run.answer_query(query, arg)
 
 
-def _replay(rt: Runtime, st: WorkflowState) -> _ReplayRun:
+def _replay(rt: ReplayHost, st: WorkflowState) -> _ReplayRun:
     wdef = rt.definition(st.wtype, st.version)
     if wdef is None:
         raise QueryFailed(
@@ -163,7 +189,7 @@ def _replay(rt: Runtime, st: WorkflowState) -> _ReplayRun:
 
 
 def replay_read_only(
-    rt: Runtime, st: WorkflowState, wdef: Any, machine: jm.RunMachine,
+    rt: ReplayHost, st: WorkflowState, wdef: Any, machine: jm.RunMachine,
     journal: list[rec.Record], lsns: list[int],
 ) -> Run:
     """Replays ``st``'s journal on a throw-away run that can act on nothing.
@@ -236,7 +262,7 @@ class _VerifyRun(_ReplayRun):
 
 
 def replay_verifying(
-    rt: Runtime, st: WorkflowState, wdef: Any, machine: jm.RunMachine, journal: list[rec.Record]
+    rt: ReplayHost, st: WorkflowState, wdef: Any, machine: jm.RunMachine, journal: list[rec.Record]
 ) -> BaseException | None:
     """Replays ``journal`` read-only; None if the code matches it. Else the exception the
     code raised where the journal recorded something else (a note says where), or the

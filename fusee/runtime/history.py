@@ -10,21 +10,30 @@ reset or a fork of the ended run) raises :class:`fusee.HistoryUnavailable`.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from fusee.core import records as rec
 from fusee.errors import HistoryUnavailable
 from fusee.runtime.snapshot import pack, unpack
 
 if TYPE_CHECKING:
-    from fusee.runtime.runtime import Runtime
+    from fusee.runtime.sealing import Sealer
     from fusee.runtime.table import WorkflowState
+
+
+class HistoryHost(Protocol):
+    """What trimming and checking history ask of the runtime (``Runtime`` provides it)."""
+
+    @property
+    def sealer(self) -> Sealer: ...
+    @property
+    def keep_history(self) -> bool: ...
 
 #: Records an ended run keeps without history.
 _KEPT = (rec.Start, rec.Child, rec.ChildDone, rec.Send, rec.Done)
 
 
-def trim(rt: Runtime, st: WorkflowState) -> None:
+def trim(rt: HistoryHost, st: WorkflowState) -> None:
     """Drops the ended run's records that nothing needs any more (see the module's doc)."""
     if st.packed is not None:
         journal, lsns = unpack(st.packed, rt.sealer)
@@ -41,7 +50,7 @@ def trim(rt: Runtime, st: WorkflowState) -> None:
         st.journal, st.lsns = journal, lsns
 
 
-def check(rt: Runtime, st: WorkflowState, action: str) -> None:
+def check(rt: HistoryHost, st: WorkflowState, action: str) -> None:
     """Raises :class:`HistoryUnavailable` if ``action`` needs the ended run's whole journal."""
     if not rt.keep_history and not st.running:
         raise HistoryUnavailable(

@@ -8,7 +8,8 @@ memory, suspended runs park at once.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import asyncio
+from typing import TYPE_CHECKING, Protocol
 
 from fusee.core import records as rec
 from fusee.runtime.snapshot import pack
@@ -16,16 +17,54 @@ from fusee.runtime.table import NO_LSNS, NO_RECORDS, WorkflowState, has_outbox
 from fusee.runtime.timers import PARK
 
 if TYPE_CHECKING:
+    from fusee.limits import Limiter
+    from fusee.runtime.env import Env
     from fusee.runtime.run import Run
-    from fusee.runtime.runtime import Runtime
+    from fusee.runtime.sealing import Sealer
+    from fusee.runtime.timers import TimerQueue
 
 
-def permit_waits(rt: Runtime, run: Run) -> list[int]:
+class _PermitWaits(Protocol):
+    def waits_for_permit(self, run: Run, seq: int) -> bool: ...
+
+
+class ParkingHost(Protocol):
+    """What parking asks of the runtime (``Runtime`` provides it)."""
+
+    loaded_runs: int
+
+    @property
+    def steps(self) -> _PermitWaits: ...
+    @property
+    def park_after_ms(self) -> int | None: ...
+    @property
+    def max_loaded(self) -> int | None: ...
+    @property
+    def env(self) -> Env: ...
+    @property
+    def timers(self) -> TimerQueue: ...
+    @property
+    def limiter(self) -> Limiter: ...
+    @property
+    def stats(self) -> dict[str, int]: ...
+    @property
+    def wf(self) -> dict[str, WorkflowState]: ...
+    @property
+    def closed(self) -> bool: ...
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop: ...
+    @property
+    def sealer(self) -> Sealer: ...
+
+    def loaded(self, st: WorkflowState) -> Run | None: ...
+
+
+def permit_waits(rt: ParkingHost, run: Run) -> list[int]:
     """The run's steps that wait only for a limit's permit (they hold nothing: it may park)."""
     return [seq for seq in run.steps if rt.steps.waits_for_permit(run, seq)] if run.steps else []
 
 
-def after_pump(rt: Runtime, run: Run) -> None:
+def after_pump(rt: ParkingHost, run: Run) -> None:
     """A run went quiet: park it once it has stayed suspended for ``park_after``."""
     if rt.park_after_ms is None or not run.machine.is_suspended(permit_waits(rt, run)):
         return
@@ -37,14 +76,14 @@ def after_pump(rt: Runtime, run: Run) -> None:
     rt.timers.push(now + park_delay(rt), PARK, run.workflow_id, run.run_id)
 
 
-def park_delay(rt: Runtime) -> int:
+def park_delay(rt: ParkingHost) -> int:
     assert rt.park_after_ms is not None
     if rt.max_loaded is not None and rt.loaded_runs > rt.max_loaded:
         return 0
     return rt.park_after_ms
 
 
-def parkable(rt: Runtime, run: Run) -> bool:
+def parkable(rt: ParkingHost, run: Run) -> bool:
     return (
         not run.dead
         and not run.finished
@@ -59,7 +98,7 @@ def parkable(rt: Runtime, run: Run) -> bool:
     )
 
 
-def wake_time(rt: Runtime, run: Run) -> int:
+def wake_time(rt: ParkingHost, run: Run) -> int:
     """When a parked run must come back by itself: its earliest timer or deadline (0: never)."""
     due = [run.timer_at[s] for s, op in run.ops.items() if op.kind == 1 and s in run.timer_at]
     due += [
@@ -77,7 +116,7 @@ def wake_time(rt: Runtime, run: Run) -> int:
     return min(due) if due else 0
 
 
-def park(rt: Runtime, st: WorkflowState) -> None:
+def park(rt: ParkingHost, st: WorkflowState) -> None:
     """Takes a suspended run's code out of memory; what arrives for it later replays it."""
     run = st.run
     assert run is not None and parkable(rt, run)
@@ -95,13 +134,13 @@ def park(rt: Runtime, st: WorkflowState) -> None:
     run.kill()
 
 
-def park_all(rt: Runtime) -> None:
+def park_all(rt: ParkingHost) -> None:
     for st in rt.wf.values():
         if st.run is not None and parkable(rt, st.run):
             park(rt, st)
 
 
-def pack_state(rt: Runtime, st: WorkflowState) -> None:
+def pack_state(rt: ParkingHost, st: WorkflowState) -> None:
     """Keeps the journal encoded (the run's code is not in memory)."""
     st.outbox = has_outbox(st)
     st.packed = pack(st.journal, st.lsns, rt.sealer)
@@ -109,7 +148,7 @@ def pack_state(rt: Runtime, st: WorkflowState) -> None:
     st.journal, st.lsns = NO_RECORDS, NO_LSNS
 
 
-def on_park_check(rt: Runtime, st: WorkflowState) -> None:
+def on_park_check(rt: ParkingHost, st: WorkflowState) -> None:
     """A queued park check came due: park the run if it stayed quiet long enough, else look again later."""
     run = st.run
     if run is None:
@@ -129,7 +168,7 @@ def on_park_check(rt: Runtime, st: WorkflowState) -> None:
 _CLAIM_S = 5.0
 
 
-def wake_for_permit(rt: Runtime, ident: tuple[str, int, int]) -> None:
+def wake_for_permit(rt: ParkingHost, ident: tuple[str, int, int]) -> None:
     """A parked run's step got its permit: wake the run (its replay asks for the permit again and
     gets it at once); a permit nobody can claim goes back."""
     wid, run_id, _ = ident

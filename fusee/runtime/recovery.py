@@ -9,8 +9,8 @@ signals to send) is redone, since a crash may have lost it on the way.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
 
@@ -22,10 +22,32 @@ from fusee.runtime.table import WorkflowState, dedup_key, has_outbox
 from fusee.runtime.timers import WAKE
 
 if TYPE_CHECKING:
-    from fusee.runtime.runtime import Runtime
+    from fusee.runtime.index import AttributeIndex
 
 
-def load_records(rt: Runtime, records: Iterable[tuple[int, int, rec.Record]]) -> None:
+class RecoveryHost(history.HistoryHost, parking.ParkingHost, Protocol):
+    """What recovery asks of the runtime (``Runtime`` provides it): its tables, and the
+    runtime's own ways to load, continue and redo runs (recovery calls them, it does not
+    reimplement them)."""
+
+    _outbox_at_open: set[str]
+
+    @property
+    def by_run(self) -> dict[int, WorkflowState]: ...
+    @property
+    def index(self) -> AttributeIndex: ...
+
+    def journal_of(self, st: WorkflowState) -> tuple[list[rec.Record], list[int]]: ...
+    def _load_run(self, st: WorkflowState) -> None: ...
+    def _continue(self, st: WorkflowState) -> None: ...
+    def _apply_close_policy(self, st: WorkflowState) -> None: ...
+    def _send(self, fn: Callable[..., None], *args: Any) -> None: ...
+    def _close_child(self, ref: rec.ParentRef, child: rec.Child) -> None: ...
+    def _signal_quiet(self, target: str, name: str, payload: bytes, key: int) -> None: ...
+    def _start_child(self, ref: rec.ParentRef, child: rec.Child) -> None: ...
+
+
+def load_records(rt: RecoveryHost, records: Iterable[tuple[int, int, rec.Record]]) -> None:
     """Rebuilds the workflow table from recovered records, in log order."""
     for shard, lsn, r in records:
         if type(r) is rec.Start:
@@ -67,7 +89,7 @@ def load_records(rt: Runtime, records: Iterable[tuple[int, int, rec.Record]]) ->
             st2.final = r.status != rec.Status.CONTINUED
 
 
-def resume_all(rt: Runtime) -> None:
+def resume_all(rt: RecoveryHost) -> None:
     """Loads every unfinished run and replays its code; hands over continued runs.
 
     Parked runs stay parked; what their journals still owe others
@@ -93,7 +115,7 @@ def resume_all(rt: Runtime) -> None:
             rt._apply_close_policy(st)
 
 
-def redo_outbox(rt: Runtime, st: WorkflowState) -> None:
+def redo_outbox(rt: RecoveryHost, st: WorkflowState) -> None:
     journal, _ = rt.journal_of(st)
     children: dict[int, rec.Child] = {}
     for r in journal:
@@ -117,7 +139,7 @@ def redo_outbox(rt: Runtime, st: WorkflowState) -> None:
         rt._send(rt._start_child, ref, child)
 
 
-def checkpoint_state(rt: Runtime) -> bytes:
+def checkpoint_state(rt: RecoveryHost) -> bytes:
     """Every workflow's current run: its journal and whether it is parked (and until when).
 
     Recovery reads this instead of the log before the checkpoint; parked
@@ -146,7 +168,7 @@ def checkpoint_state(rt: Runtime) -> bytes:
 
 
 
-def load_checkpoint(rt: Runtime, state: bytes) -> None:
+def load_checkpoint(rt: RecoveryHost, state: bytes) -> None:
     """Rebuilds the workflow table from a checkpoint (before the log after it is loaded)."""
     for e in msgspec.msgpack.decode(state, type=list[CheckpointEntry]):
         if e.outbox:

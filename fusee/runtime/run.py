@@ -14,12 +14,12 @@ import functools
 import inspect
 import uuid
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from fusee import codec, sabotage
 from fusee.core import journal as jm
 from fusee.core import records as rec
-from fusee.definitions import QueryDef, SignalDef, UpdateDef, WorkflowDef
+from fusee.declarations import QueryDef, SignalDef, UpdateDef, WorkflowDef
 from fusee.durations import to_ms
 from fusee.errors import (
     Cancelled,
@@ -38,14 +38,14 @@ from fusee.runtime.context import (
     ContinueAsNew,
     Ctx,
     OutsideWorkflow,
-    signature_key,
+    describe_fn,
     takes_argument,
-    takes_step_info,
 )
 from fusee.runtime.wfloop import WorkflowLoop
 
 if TYPE_CHECKING:
-    from fusee.runtime.host import RunHost
+    from fusee.runtime.env import Env
+    from fusee.runtime.telemetry import TelemetryHooks
 
 #: Kinds of operations whose futures the run resolves.
 STEP, SLEEP, WAIT, CHILD, UPDATE, AWAIT = range(6)
@@ -108,32 +108,6 @@ class StepCall:
         self.takes_info, self.is_async, _ = described if described is not None else describe_fn(fn)
 
 
-_fn_cache: dict[Any, tuple[bool, bool, Any]] = {}
-
-
-def describe_fn(fn: Callable[..., Any]) -> tuple[bool, bool, Any]:
-    """(takes a StepInfo, is a coroutine function, return annotation) of a step function.
-
-    Cached per code object (and how a partial or a bound method shifts its
-    parameters): a loop of steps made from one lambda pays for the inspection
-    once.
-    """
-    key = None
-    try:
-        key = signature_key(fn)
-        if key is not None:
-            return _fn_cache[key]
-    except (KeyError, TypeError):
-        pass
-    v = (takes_step_info(fn), inspect.iscoroutinefunction(fn), _return_type(fn))
-    try:
-        if key is not None and len(_fn_cache) < 4096:
-            _fn_cache[key] = v
-    except TypeError:
-        pass
-    return v
-
-
 class Op:
     """A pending operation's future and how to turn its outcome into a value."""
 
@@ -144,6 +118,48 @@ class Op:
         self.kind = kind
         self.name = name
         self.type = type
+
+
+class RunHost(Protocol):
+    """The runtime as one run sees it: all a run may ask of its host.
+
+    It lives beside ``Run`` (its methods take one), so the run imports nothing
+    above it; ``fusee.runtime.host`` re-exports it.
+    """
+
+    env: Env
+    loop: asyncio.AbstractEventLoop
+    tracebacks: bool
+    default_retry: Retry
+    limiter: Any  # fusee.limits.Limiter: checks a step's limit= at ctx.step
+    telemetry: TelemetryHooks | None
+    steps_started: bool  # a gated step started since the last pump began (see flush_soon)
+
+    # the log
+    def append(self, shard: int, r: rec.Record) -> int: ...
+    def flush_soon(self) -> None: ...
+    def after_delivery(self) -> None: ...
+
+    # operations the run starts
+    def run_step(self, run: Run, seq: int, call: StepCall) -> None: ...
+    def arm_timer(self, run: Run, seq: int, fire_at_ms: int) -> None: ...
+    def arm_deadline(self, run: Run, seq: int, deadline_ms: int) -> None: ...
+    def arm_child_deadline(self, run: Run, seq: int, deadline_ms: int) -> None: ...
+    def arm_run_deadline(self, run: Run, deadline_ms: int) -> None: ...
+    def check_registered(self, wdef: WorkflowDef[Any, Any] | str) -> WorkflowDef[Any, Any]: ...
+    def ensure_child(self, parent: Run, child: rec.Child) -> None: ...
+    def child_timed_out(self, run: Run, child: rec.Child, lsn: int) -> None: ...
+    def send_signal(self, run: Run, seq: int, target: str, name: str, payload: bytes, lsn: int) -> None: ...
+    def release_update(
+        self, shard: int, lsn: int, waiters: list[asyncio.Future[Any]], status: rec.Status, payload: bytes
+    ) -> None: ...
+    def next_token(self) -> int: ...
+
+    # what became of the run
+    def on_run_done(self, run: Run, done: rec.Done, lsn: int) -> None: ...
+    def on_stuck(self, run: Run, err: FuseeError) -> None: ...
+    def after_pump(self, run: Run) -> None: ...
+    def signal_passed_over(self, run: Run, seq: int, ordinal: int, name: str, error: FuseeError) -> None: ...
 
 
 class Run:
@@ -548,7 +564,7 @@ class Run:
         self.query_handlers.clear()
         self.update_handlers.clear()
         self.task = None
-        self.ctx._run = _EndedRun(self.workflow_id)  # type: ignore[assignment]
+        self.ctx._run = _EndedRun(self.workflow_id)
 
 
     # --- operations, called from workflow code ------------------------------
@@ -989,10 +1005,6 @@ class Run:
         value = handler(arg) if takes_argument(handler) else handler()
         # A copy through JSON, so later changes of the state do not show through.
         return codec.query_answer(query, value)
-
-
-def _return_type(fn: Callable[..., Any]) -> Any:
-    return codec.return_type_of(fn)
 
 
 def _reason(payload: bytes) -> str:

@@ -19,7 +19,7 @@ import msgspec
 from fusee import codec, sabotage
 from fusee.core import journal as jm
 from fusee.core import records as rec
-from fusee.definitions import WorkflowDef
+from fusee.declarations import WorkflowDef
 from fusee.encryption import Codec
 from fusee.errors import (
     AlreadyExists,

@@ -11,15 +11,35 @@ dropped. A step's result completes the streams it wrote.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 from fusee import codec, sabotage
 from fusee.core import records as rec
 from fusee.errors import StreamError
 
 if TYPE_CHECKING:
-    from fusee.runtime.run import Run
+    from fusee.core import journal as jm
+
+
+class _Flushes(Protocol):
+    def flush_soon(self) -> None: ...
+
+
+class StreamRun(Protocol):
+    """What a stream asks of the run it belongs to (``fusee.runtime.run.Run`` provides it),
+    so that this module, below the run, does not import it."""
+
+    @property
+    def machine(self) -> jm.RunMachine: ...
+    @property
+    def journal(self) -> Sequence[rec.Record]: ...
+    @property
+    def dead(self) -> bool: ...
+    @property
+    def rt(self) -> _Flushes: ...
+
+    def append(self, r: rec.Record) -> int: ...
 
 
 class WorkflowStream:
@@ -27,7 +47,7 @@ class WorkflowStream:
 
     __slots__ = ("_name", "_run")
 
-    def __init__(self, run: Run, name: str) -> None:
+    def __init__(self, run: StreamRun, name: str) -> None:
         if not isinstance(name, str) or not name:
             raise TypeError(f"a stream name must be a non-empty string, got {name!r}")
         self._run = run
@@ -54,7 +74,7 @@ class StepStream:
 
     __slots__ = ("_loop", "_name", "_recorded", "_run", "_seq", "_skipped")
 
-    def __init__(self, run: Run, seq: int, name: str, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, run: StreamRun, seq: int, name: str, loop: asyncio.AbstractEventLoop) -> None:
         if not isinstance(name, str) or not name:
             raise TypeError(f"a stream name must be a non-empty string, got {name!r}")
         self._run, self._seq, self._name, self._loop = run, seq, name, loop

@@ -12,10 +12,11 @@ the run's spans on it again, so the trace goes on across crashes.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from fusee.runtime.run import Run
+    from fusee.core import journal as jm
 
 #: Longest journaled trace context: traceparent is 55 characters, tracestate at most 512 by the spec.
 MAX_TRACE_BYTES = 1024
@@ -40,31 +41,48 @@ def decode_trace(data: bytes | None) -> dict[str, str]:
     return headers
 
 
+class TracedRun(Protocol):
+    """What telemetry reads of a run (``fusee.runtime.run.Run`` provides it), so that this
+    module, below the run, does not import it."""
+
+    #: The run's span while loaded (set by ``run_begin``'s caller, cleared by ``run_end``).
+    span: Any
+
+    @property
+    def workflow_id(self) -> str: ...
+    @property
+    def run_id(self) -> int: ...
+    @property
+    def machine(self) -> jm.RunMachine: ...
+    @property
+    def steps(self) -> Mapping[int, Any]: ...  # live steps by position (``StepCall``: ``.name``, ``.attempt``)
+
+
 class TelemetryHooks(Protocol):
     """Called by the runtime and the step runner on the engine's loop (never from a thread)."""
 
-    def run_begin(self, run: Run, replayed: int) -> Any:
+    def run_begin(self, run: TracedRun, replayed: int) -> Any:
         """A run's code was loaded (new, recovered or woken) with ``replayed`` records to replay;
         returns its span (kept on ``run.span``)."""
 
-    def run_end(self, run: Run, outcome: str, error: str | None) -> None:
+    def run_end(self, run: TracedRun, outcome: str, error: str | None) -> None:
         """The run left memory: it ended (``outcome`` is its status), parked or the engine
         closed (``"suspended"``), or it is stuck."""
 
     def run_ended(self, status: str) -> None:
         """A run ended with ``status`` (counted once, when its Done record is appended)."""
 
-    def step_begin(self, run: Run, seq: int) -> None:
+    def step_begin(self, run: TracedRun, seq: int) -> None:
         """An execution (attempt) of step ``seq`` begins."""
 
-    def enter_step(self, run: Run, seq: int) -> Any:
+    def enter_step(self, run: TracedRun, seq: int) -> Any:
         """Makes the execution's span the current trace context while its function is called;
         returns what ``leave_step`` takes back (None: nothing was entered)."""
 
     def leave_step(self, entered: Any) -> None:
         """Restores the trace context ``enter_step`` replaced."""
 
-    def step_end(self, run: Run, seq: int, outcome: str, error: str | None) -> None:
+    def step_end(self, run: TracedRun, seq: int, outcome: str, error: str | None) -> None:
         """The execution's outcome: ok, failed, cancelled, retry, paused, or abandoned (it
         stopped without one: a cancel or a close came first). A second call does nothing."""
 

@@ -14,15 +14,27 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import types
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from fusee.core import journal as jm
-from fusee.errors import DeterminismError
+from fusee.errors import DeterminismError, FuseeError
+from fusee.runtime.ended import ReplayHost, replay_read_only
 
 if TYPE_CHECKING:
-    from fusee.definitions import WorkflowDef
-    from fusee.runtime.runtime import Runtime
+    from fusee.declarations import WorkflowDef
     from fusee.runtime.table import WorkflowState
+
+
+class VerifyHost(ReplayHost, Protocol):
+    """What checking parked runs asks of the runtime (``Runtime`` provides it)."""
+
+    @property
+    def closed(self) -> bool: ...
+    @property
+    def stuck(self) -> dict[str, str]: ...
+
+    def mark_stuck(self, wid: str, err: FuseeError) -> None: ...
+    def code_of(self, wtype: str, version: int) -> int: ...
 
 #: Parked runs replayed per turn of the loop while checking.
 BATCH = 64
@@ -56,10 +68,8 @@ def code_fingerprint(wdef: WorkflowDef[Any, Any]) -> int:
     return (int.from_bytes(h.digest(), "little") >> 1) or 1
 
 
-async def check_parked(rt: Runtime, stale: list[WorkflowState]) -> None:
+async def check_parked(rt: VerifyHost, stale: list[WorkflowState]) -> None:
     """Replays each parked run in ``stale`` read-only; marks stuck those that diverge."""
-    from fusee.runtime.ended import replay_read_only
-
     checked = 0
     for st in stale:
         if rt.closed:
