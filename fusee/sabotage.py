@@ -81,6 +81,9 @@ class Sabotage:
     #: A flush (or checkpoint) of a namespace is written without checking the writer still holds
     #: the lease under its epoch (caught by fusee.sim.expiry).
     append_skips_epoch_check: bool = False
+    #: A step's function begins after the engine's lease lapsed by its own clock (a stopped owner
+    #: whose flush came back committed runs the steps it released; caught by fusee.sim.expiry).
+    step_ignores_lease_deadline: bool = False
     #: A lease renewal extends a lease that already expired (caught by fusee.sim.expiry).
     renewal_ignores_expiry: bool = False
 

@@ -60,6 +60,7 @@ from fusee.storage import flush_modes
 from fusee.storage import postgres as pg_store
 from fusee.storage.committer import GroupCommitter
 from fusee.storage.directory import existing_shards
+from fusee.storage.holding import Holding
 from fusee.storage.log import RESTORE_ADVICE, SharedLog
 
 #: Where an engine opened without a path keeps its (in-memory) directory.
@@ -379,6 +380,7 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
         route_address: str | None = None,
         _pg_lease: Any = None,
         _fence: Callable[[], None] | None = None,
+        _holding: Holding | None = None,
     ) -> Engine:
         # What a follower needs to open the directory itself when it takes over.
         options = dict(
@@ -522,6 +524,8 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
         self._env = env
         self._own_env = own_env
         self._log = log
+        if _holding is not None:
+            log.holding = _holding  # the simulator's expiring lease, as the owner's clock sees it
         self._closed = False
         self._read_only = read_only
         self._route_server = None

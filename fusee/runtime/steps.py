@@ -11,7 +11,10 @@ to the pool (or called) until its outcome is known. A run tracks its
 executions (``Run.executing``): a requested cancel waits for them to settle,
 no execution starts while a cancel is pending or the engine is closing, and a
 step never has two executions at once (a timed-out synchronous function is
-waited for before the next attempt).
+waited for before the next attempt). Nor does one start once the engine's
+expiring lease lapsed by its own clock (``log.may_act``): a stopped owner whose
+flush came back committed after a takeover would run the steps that flush
+released, which the new owner recovered and runs too; the log fails instead.
 """
 
 from __future__ import annotations
@@ -196,7 +199,18 @@ class StepRunner:
             return False
         if seq in run.executing:
             return False  # one execution of a step at a time
-        return not run.cancel_pending or sabotage.active.step_after_cancel
+        if run.cancel_pending and not sabotage.active.step_after_cancel:
+            return False
+        return self._lease_held()
+
+    def _lease_held(self) -> bool:
+        """Whether the engine may act now (its lease, if it expires, is still its own by its clock);
+        if not, the log fails: another engine may serve the runs and run their steps."""
+        log = self.rt.log
+        if log.may_act() or sabotage.active.step_ignores_lease_deadline:
+            return True
+        log.lease_lapsed()
+        return False
 
     def _begin(self, run: Run, seq: int, task: asyncio.Task[Any] | None) -> None:
         run.executing[seq] = task
@@ -348,12 +362,15 @@ class StepRunner:
 
         context = contextvars.copy_context()  # fusee.step_info() works in the thread too
         clock, observe = self.rt.env.monotonic, self.sync_policy.observe
+        log = self.rt.log
 
         def call() -> Any:
             if run.cancel_pending and not sabotage.active.step_after_cancel:
                 raise _NotStarted()
             if self.rt.closing:
                 raise _NotStarted()
+            if not log.may_act() and not sabotage.active.step_ignores_lease_deadline:
+                raise _NotStarted()  # held back past the lease (see may_start): the loop fails the log
             began = clock()
             try:
                 return context.run(fn, *args)
@@ -441,7 +458,8 @@ class StepRunner:
                     self._settle(run, seq)
                 return
             except _NotStarted:
-                self._settle(run, seq)  # a cancel (or close) came before a thread took it
+                self._settle(run, seq)  # a cancel (or close, or the lease's end) came before a thread took it
+                self._lease_held()
                 return
             except Exception as e:
                 first = None

@@ -15,6 +15,11 @@ the same thing:
 - **fence**: a write (a flush, a checkpoint) is accepted only while the writer
   holds the lease: its owner and epoch, not expired. A writer that lost it
   (paused past the TTL, cut off) makes nothing durable any more.
+- **act**: a step's function, which no fence reaches, begins only while the
+  holder's own clock says the lease is still its own: before the send time of
+  its last successful take or renewal plus the TTL
+  (:class:`fusee.storage.holding.Holding`, which both apply). A write that comes
+  back committed after a pause proves nothing about now.
 """
 
 from __future__ import annotations

@@ -135,6 +135,21 @@ class SimEnv:
         self.loop._advance_to(max(when, self.loop.time()))
         complete()  # its future's callbacks wait for the loop
 
+    @property
+    def io_in_flight(self) -> int:
+        """Storage calls on their way (handed to ``run_io``, not yet complete)."""
+        return len(self._io_inflight)
+
+    def complete_io_until(self, t: float) -> None:
+        """Storage calls in flight due by ``t`` complete now, while the loop does not run.
+
+        A stopped process (``SIGSTOP``) whose store is a server: the statement it
+        sent is executed and committed on time; the process hears of it when it
+        resumes (the future's callbacks wait for the loop).
+        """
+        for entry in sorted((e for e in self._io_inflight if e[0] <= t), key=lambda e: e[0]):
+            self._complete_io_now(entry)
+
     def wait_flush(self, job: Any) -> None:
         """The loop's thread blocks until a flush in flight is done (pipeline mode): virtual time passes."""
         self.flush_waits += 1

@@ -8,10 +8,13 @@ processes each with its own event loop, the real engine and the real routed
 calls, delayed both ways. The owner renews every third of the TTL from its own loop; standbys try
 to take the lease at jittered intervals. A seed pauses owners (as ``SIGSTOP``,
 a GC pause or a partition would: their loop stops while the clock goes on) for
-less or more than the TTL, and kills some. A paused owner that wakes after a
-takeover still has flushes, checkpoints and renewals due: the fence must
-refuse them. Starts are routed to whoever holds the lease and sent again when
-their answer was lost. Checkers:
+less or more than the TTL, and kills some. A paused owner's flush already on its
+way to the server is committed on time (the server does not pause), and the owner
+hears of it when it wakes, its clock jumped: the steps that flush released are
+due then, as are flushes, checkpoints and renewals, after a takeover perhaps.
+The fence must refuse the writes, and the owner must begin no step. Starts are
+routed to whoever holds the lease and sent again when their answer was lost.
+Checkers:
 
 - one owner per epoch, and epochs grow;
 - stale epochs refused: no write (flush, checkpoint) is accepted from a writer
@@ -19,6 +22,9 @@ their answer was lost. Checkers:
   ``append_skips_epoch_check`` breaks it);
 - a lapsed lease is never revived: a renewal succeeds only before expiry
   (sabotage ``renewal_ignores_expiry`` breaks it);
+- no step acts without the lease: a step's function begins only in the process
+  that holds the lease at that moment, so no step runs again once a later owner
+  recorded it (sabotage ``step_ignores_lease_deadline`` breaks it);
 - nothing acknowledged is lost: every acknowledged start is in every later
   owner's recovery, and every start completes with its result.
 """
@@ -39,12 +45,13 @@ from fusee.scale import expiring
 from fusee.scale.server import dispatch
 from fusee.sim.env import SimEnv
 from fusee.sim.loop import SimLoop
-from fusee.sim.scaleout import ScaleFailure, job, open_options, seeds_main, trace_hash
+from fusee.sim.scaleout import ScaleFailure, open_options, seeds_main, trace_hash
+from fusee.storage.holding import Holding
 from fusee.storage.simdisk import SimDisk
 
 DATA = "/namespace"
 #: The sabotage switches this simulator catches.
-SWITCHES = ("append_skips_epoch_check", "renewal_ignores_expiry")
+SWITCHES = ("append_skips_epoch_check", "renewal_ignores_expiry", "step_ignores_lease_deadline")
 TTL = 1.0
 #: The world's clock advances in steps this long; each running process's loop catches up at each.
 _STEP = 0.002
@@ -53,6 +60,22 @@ _SETTLE_S = 120.0
 
 class ExpiryFailure(ScaleFailure):
     module = "fusee.sim.expiry"
+
+
+#: The world whose seed is running: the job's steps tell it of their effects.
+_WORLD: ExpiryWorld | None = None
+
+
+def _effect(wid: str, step: str, value: int) -> int:
+    if _WORLD is not None:
+        _WORLD.effect(wid, step)
+    return value
+
+
+@fusee.workflow("sim-expiry-job")
+async def job(ctx: fusee.Ctx, x: int) -> int:
+    a = await ctx.step("a", lambda: _effect(ctx.workflow_id, "a", x + 1))
+    return await ctx.step("b", lambda: _effect(ctx.workflow_id, "b", a * 2))
 
 
 @dataclasses.dataclass
@@ -75,7 +98,11 @@ class _Proc:
     engine: Any = None
     epoch: int = 0
     opening: asyncio.Task[Any] | None = None
+    #: Its engine's deadline for acting under its lease, on its own clock.
+    holding: Holding | None = None
     paused_until: float = 0.0
+    #: Paused, and not yet woken (its clock jumps when it wakes).
+    stopped: bool = False
     dead: bool = False
     next_try: float = 0.0
 
@@ -88,6 +115,9 @@ class ExpiryResult:
     pauses: int
     fenced: int
     starts: int
+    #: Step effects, and writes a paused owner's server committed while it was stopped.
+    effects: int
+    committed_while_paused: int
     trace: list[str]
 
     @property
@@ -106,6 +136,9 @@ class ExpiryWorld:
         self.trace: list[str] = []
         self.owners: dict[int, str] = {}
         self.takeovers = self.pauses = self.fenced = 0
+        self.effects = self.committed_while_paused = 0
+        #: The process whose loop runs now (a step's effect happens in it).
+        self._acting: _Proc | None = None
         #: Processes that died or were restarted (their loops are buried at the end).
         self.gone: list[_Proc] = []
         #: Broken promises seen inside engine calls (raised by the world at its next step).
@@ -114,6 +147,9 @@ class ExpiryWorld:
         self.starts = [_Start(f"j{i}", i, self.rng.uniform(0.0, self.duration))
                        for i in range(self.rng.randint(8, 30))]
         self.pause_at = sorted(self.rng.uniform(0.5, self.duration) for _ in range(self.rng.randint(1, 4)))
+        #: Per pause: whether it waits (a TTL at most) for the owner to have a write on its way to
+        #: the server, as a stop under load usually lands: then that write commits while it is stopped.
+        self.pause_mid_write = [self.rng.random() < 0.5 for _ in self.pause_at]
         self.kill_at = sorted(self.rng.uniform(0.5, self.duration) for _ in range(self.rng.randint(0, 2)))
 
     def _proc(self, name: str) -> _Proc:
@@ -170,6 +206,19 @@ class ExpiryWorld:
                     f"{self.row.expires_at:.3f}): a stale epoch wrote")
         return fence
 
+    def effect(self, wid: str, step: str) -> None:
+        """A step's function began: only the process holding the lease may act, at that moment."""
+        p = self._acting
+        assert p is not None, "a step ran outside every process's loop"
+        self.effects += 1
+        t = p.loop.time()
+        if not self.row.held_by(p.name, p.epoch, t):
+            self.violations.append(
+                f"{p.name} (epoch {p.epoch}) began step {step!r} of {wid} at {t:.4f} while the lease "
+                f"was {self.row.owner}'s with epoch {self.row.epoch} (expiring at "
+                f"{self.row.expires_at:.3f}): a process that no longer held the lease acted, and the "
+                "owner that took over runs the same step")
+
     # --- processes ----------------------------------------------------------------------
 
     def _running(self, p: _Proc) -> bool:
@@ -180,8 +229,21 @@ class ExpiryWorld:
             raise self.fail(self.violations[0])
         self.now += _STEP
         for p in self.procs:
+            if not p.dead and not self._running(p):
+                # Stopped, its server is not: what it sent before the pause commits on time.
+                done = p.env.io_done
+                p.env.complete_io_until(self.now)
+                self.committed_while_paused += p.env.io_done - done
             if self._running(p):
-                p.loop.run_until(self.now)
+                if p.stopped:
+                    p.stopped = False
+                    p.loop.resume_at(p.paused_until)
+                    self.log(f"{p.name} wakes")
+                self._acting = p
+                try:
+                    p.loop.run_until(self.now)
+                finally:
+                    self._acting = None
                 if p.loop.errors:
                     raise self.fail(f"{p.name}: {p.loop.errors[0].get('message')}: "
                                     f"{p.loop.errors[0].get('exception')!r}")
@@ -208,12 +270,15 @@ class ExpiryWorld:
             return
         self.takeovers += 1
         p.epoch = epoch
+        p.holding = Holding(TTL, p.env.monotonic)
+        p.holding.held(p.loop.time())
         self.log(f"{p.name} takes the lease, epoch {epoch}")
         # The lease row is the lock here: the disk's lock is only shared, so that every process
         # may hold it (it names the directory the engine then writes through).
         lock = self.disk.lock(DATA, shared=True)
         options = {**open_options(), "workflows": [job], "env": p.env, "_lock": lock, "_epoch": epoch,
-                   "park_after": None, "segment_bytes": 1 << 20, "_fence": self._fence_for(p, epoch)}
+                   "park_after": None, "segment_bytes": 1 << 20, "_fence": self._fence_for(p, epoch),
+                   "_holding": p.holding}
         p.opening = p.loop.create_task(_run(fusee.Engine._open(DATA, **options)))
 
     def _opened(self, p: _Proc) -> None:
@@ -234,18 +299,30 @@ class ExpiryWorld:
                 except NotFound:
                     raise self.fail(f"{s.wid} was acknowledged (epoch {s.acked_by}) and is lost for "
                                     f"{p.name} (epoch {p.epoch})") from None
-        p.loop.create_task(self._renewals(p, p.engine, p.epoch))
+        assert p.holding is not None
+        p.loop.create_task(self._renewals(p, p.engine, p.epoch, p.holding))
 
-    async def _renewals(self, p: _Proc, engine: Any, epoch: int) -> None:
+    async def _renewals(self, p: _Proc, engine: Any, epoch: int, holding: Holding) -> None:
         while True:
             await asyncio.sleep(TTL / 3)
             if engine._closed or p.epoch != epoch:
                 return
-            if not self._renew(p):
-                self.log(f"{p.name} finds its lease (epoch {epoch}) gone and stops serving")
-                if engine._log.failed is None:
-                    engine._log._fail(LeaseLost(f"the lease of {DATA} (epoch {epoch}) was lost"))
+            sent = p.loop.time()
+            # A statement's round trip: the server judges it when it arrives, and the engine's
+            # loop goes on meanwhile (a woken owner runs what fell due before it hears back).
+            await asyncio.sleep(self.rng.uniform(0.0002, 0.004))
+            renewed = self._renew(p)
+            await asyncio.sleep(self.rng.uniform(0.0002, 0.004))
+            if engine._closed or p.epoch != epoch:
                 return
+            if renewed:
+                holding.held(sent)
+                continue
+            holding.drop()
+            self.log(f"{p.name} finds its lease (epoch {epoch}) gone and stops serving")
+            if engine._log.failed is None:
+                engine._log._fail(LeaseLost(f"the lease of {DATA} (epoch {epoch}) was lost"))
+            return
 
     def _owner(self) -> _Proc | None:
         for p in self.procs:
@@ -288,6 +365,7 @@ class ExpiryWorld:
             return
         span = self.rng.choice([0.2, 0.5, 1.2, 1.6, 2.5]) * TTL
         p.paused_until = self.now + span
+        p.stopped = True
         self.pauses += 1
         self.log(f"{p.name} (epoch {p.epoch}) is paused for {span:.2f} s")
 
@@ -305,6 +383,8 @@ class ExpiryWorld:
     # --- the run --------------------------------------------------------------------------
 
     def run(self) -> ExpiryResult:
+        global _WORLD
+        _WORLD = self
         try:
             return self._run()
         except ExpiryFailure:
@@ -312,6 +392,7 @@ class ExpiryWorld:
         except Exception as e:
             raise self.fail(f"{type(e).__name__}: {e}") from e
         finally:
+            _WORLD = None
             self._bury()
 
     def _bury(self) -> None:
@@ -328,12 +409,15 @@ class ExpiryWorld:
         self.disk.makedirs(DATA)
         self.disk.fsync_dir("/")
         self.log(f"{len(self.procs)} processes, {len(self.starts)} starts, {self.duration:.1f} s, TTL {TTL} s")
-        pauses, kills = list(self.pause_at), list(self.kill_at)
+        pauses, kills = list(zip(self.pause_at, self.pause_mid_write, strict=True)), list(self.kill_at)
         while self.now < self.duration:
             self._step()
-            if pauses and self.now >= pauses[0]:
-                pauses.pop(0)
-                self._pause_owner()
+            if pauses and self.now >= pauses[0][0]:
+                at, mid_write = pauses[0]
+                owner = self._owner()
+                if not mid_write or owner is None or owner.env.io_in_flight or self.now - at > TTL:
+                    pauses.pop(0)
+                    self._pause_owner()
             if kills and self.now >= kills[0]:
                 kills.pop(0)
                 self._kill_owner()
@@ -350,7 +434,7 @@ class ExpiryWorld:
                 self._route(s)
         self._finish(deadline)
         return ExpiryResult(self.seed, len(self.procs), self.takeovers, self.pauses, self.fenced,
-                            len(self.starts), self.trace)
+                            len(self.starts), self.effects, self.committed_while_paused, self.trace)
 
     def _finish(self, deadline: float) -> None:
         results: dict[str, Any] = {}
@@ -393,7 +477,7 @@ def run_seed(seed: int, *, verbose: bool = False) -> ExpiryResult:
 def main(argv: list[str] | None = None) -> int:
     return seeds_main(argv, __doc__, run_seed, ExpiryFailure,
                       lambda r: f"{r.processes} processes, {r.takeovers} owners, {r.pauses} pauses, "
-                                f"{r.fenced} writes fenced")
+                                f"{r.fenced} writes fenced, {r.committed_while_paused} committed while paused")
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -142,6 +142,11 @@ class SimLoop(asyncio.BaseEventLoop):
         assert t >= self._now, f"virtual time cannot go back from {self._now} to {t}"
         self._now = t
 
+    def resume_at(self, t: float) -> None:
+        """A stopped process resumes at ``t``: its clock jumps there (a monotonic clock goes on
+        while a process is stopped), so what fell due meanwhile runs at once, late."""
+        self._advance_to(max(t, self._now))
+
     # --- scheduling ------------------------------------------------------
 
     def call_at(self, when: float, callback: Callable[..., object], *args: Any,  # type: ignore[override]

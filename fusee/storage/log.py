@@ -34,6 +34,7 @@ from fusee.errors import (
     TRUNCATE_ADVICE,
     DirectoryMoved,
     DiskFull,
+    LeaseLost,
     LogCorrupted,
     LogFailed,
     StorageError,
@@ -44,6 +45,7 @@ from fusee.storage.blobs import read_blob, write_blob
 from fusee.storage.checkpoint import NAME as CKPT_NAME
 from fusee.storage.checkpoint import Checkpoint
 from fusee.storage.directory import EngineDirectory
+from fusee.storage.holding import Holding
 from fusee.storage.seam import FileHandle, LockHandle, Storage, read_whole, write_durably
 
 SEG_SUFFIX = ".seg"
@@ -243,6 +245,9 @@ class SharedLog(FlushLifecycle):
         #: Called before every write (flush, checkpoint); raises ``LeaseLost`` when the writer no
         #: longer holds an expiring lease (the simulator's lease store; a directory's flock needs none).
         self.fence: Callable[[], None] | None = None
+        #: The writer's own deadline under that lease (see ``may_act``); None: a flock, which
+        #: holds until the process dies.
+        self.holding: Holding | None = None
         self.segment_bytes = segment_bytes
         self.blob_threshold = blob_threshold
         self.align = align
@@ -736,6 +741,20 @@ class SharedLog(FlushLifecycle):
         self.batches_written += 1
         self.records_written += b.records
         self.blobs_written += len(names)
+
+    def may_act(self) -> bool:
+        """Whether a step's function may begin now: no expiring lease, or one still held by the
+        writer's own clock (``fusee.storage.holding``). Safe to ask from any thread."""
+        return self.holding is None or self.holding.holds()
+
+    def lease_lapsed(self) -> None:
+        """A step found the lease lapsed (``may_act``): the log fails as at a fenced write (call on
+        the thread that owns the log)."""
+        if self.failed is None and not self._closed:
+            self._fail(LeaseLost(
+                f"the lease of {self.dir.path} lapsed by this engine's clock (it was stopped or "
+                "starved past its TTL): it begins no more steps and the log takes no more records. "
+                "Another engine may serve it: close this one; nothing it acknowledged is lost."))
 
     # --- helpers ------------------------------------------------------------------
 

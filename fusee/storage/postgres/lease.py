@@ -8,6 +8,9 @@ still holds this engine's owner and epoch and has not expired (see
 ``PostgresLog``): that check, not this object's belief, is the fence. A
 renewal only ever extends a lease that is still this engine's and unexpired,
 so a paused engine that wakes after another took over cannot take it back.
+Steps act outside the server, where no fence reaches: ``holds`` says whether
+the lease is still this engine's by its own clock (``fusee.storage.holding``),
+asked before each step's function begins.
 
 The lease has its own connection: a slow flush does not delay renewals.
 """
@@ -19,10 +22,12 @@ import logging
 import os
 import socket
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
 from fusee import sabotage
+from fusee.storage.holding import Holding
 from fusee.storage.postgres.connection import connect
 from fusee.storage.postgres.schema import table
 
@@ -59,6 +64,8 @@ class Lease:
         self.lost = threading.Event()
         #: Called (on the renewal thread) when a renewal finds the lease gone.
         self.on_lost: Callable[[], None] | None = None
+        #: Until when (on this process's monotonic clock) the lease is surely this engine's.
+        self.holding = Holding(self.ttl, time.monotonic)
         self._table = table(namespace, "lease")
         self._dsn = dsn
         self._conn: Any = connect(dsn, "lease")
@@ -80,6 +87,7 @@ class Lease:
         """
         if self.epoch and self.renew():
             return True
+        sent = self.holding.clock()
         row = self._conn.execute(
             f"""UPDATE {self._table}
                    SET owner = %s, epoch = epoch + 1, expires_at = now() + %s * interval '1 second',
@@ -92,6 +100,7 @@ class Lease:
             return False
         self.epoch = int(row[0])
         self.lost.clear()
+        self.holding.held(sent)
         return True
 
     def wait_acquire(self, stop: threading.Event) -> bool:
@@ -101,6 +110,11 @@ class Lease:
                 return True
             stop.wait(self.ttl / 3)
         return False
+
+    def holds(self) -> bool:
+        """Whether the lease is surely this engine's now, by its own clock (no statement: a step
+        asks it before it begins). False once it lapsed, even if no renewal has failed yet."""
+        return not self.lost.is_set() and self.holding.holds()
 
     def still_held(self) -> bool:
         """Whether the server says this engine holds the lease now (owner, epoch, not expired)."""
@@ -133,6 +147,7 @@ class Lease:
     def release(self) -> None:
         """Stops renewing and frees the lease if still ours (the next engine need not wait out the TTL)."""
         self.stop_renewing()
+        self.holding.drop()
         if self._closed:
             return
         try:
@@ -164,6 +179,7 @@ class Lease:
         """Extends the lease by a TTL if it is still ours and unexpired; False (and ``lost`` set) if not."""
         # Only an unexpired lease is renewed (see fusee.scale.expiring): a lapsed one is taken again.
         unexpired = "" if sabotage.active.renewal_ignores_expiry else " AND expires_at > now()"
+        sent = self.holding.clock()
         row = self._conn.execute(
             f"""UPDATE {self._table} SET expires_at = now() + %s * interval '1 second'
                  WHERE id AND owner = %s AND epoch = %s{unexpired}
@@ -172,7 +188,9 @@ class Lease:
         ).fetchone()
         if row is None:
             self.lost.set()
+            self.holding.drop()
             return False
+        self.holding.held(sent)
         return True
 
     def start_renewing(self) -> None:

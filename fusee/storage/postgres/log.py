@@ -349,6 +349,26 @@ class PostgresLog(FlushLifecycle):
         if self.failed is None and not self._closed:
             self._fail(self._lost())
 
+    def may_act(self) -> bool:
+        """Whether a step's function may begin now: the lease is surely still this engine's by its
+        own clock (``Lease.holds``), whatever the last flush said. Safe to ask from any thread."""
+        return self._lease is None or (not isinstance(self.failed, LeaseLost) and self._lease.holds())
+
+    def lease_lapsed(self) -> None:
+        """A step found the lease lapsed (``may_act``): the log fails as if a renewal had found it
+        gone (call on the thread that owns the log)."""
+        if self.failed is None and not self._closed:
+            lease = self.lease
+            if lease.lost.is_set():  # a renewal found it gone first: say who holds it now
+                self._fail(self._lost())
+                return
+            self._fail(LeaseLost(
+                f"the lease of the PostgreSQL namespace {self.namespace!r} (epoch {lease.epoch}) "
+                f"lapsed by this engine's clock {-lease.holding.remaining:.3f} s ago (the process was "
+                "stopped or starved past its TTL): it begins no more steps and the log takes no more "
+                "records. Another engine may serve the namespace: close this one; nothing it "
+                "acknowledged is lost."))
+
     def _lost(self) -> LeaseLost:
         try:
             holder = self.lease.holder()

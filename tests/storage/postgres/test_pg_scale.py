@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,7 @@ from typing import Any
 import pytest
 
 import fusee
-from fusee.errors import LeaseHeld, RoutingRefused
+from fusee.errors import LeaseHeld, LeaseLost, RoutingRefused
 from fusee.scale import tcp
 from tests.helpers import finish, ledger, until
 from tests.scale.test_directory_scale import until as until_alive
@@ -103,6 +104,67 @@ async def test_a_follower_takes_over_when_the_owner_dies(pg_dsn: str) -> None:
     assert ran.count("o-2/quote") == 1  # its recorded result was not run again
     await follower.close()
     assert rows(pg_dsn, "SELECT epoch, owner FROM fusee.lease") == [(2, None)]
+
+
+effects: list[str] = []
+#: Set by the chain's first step (on the loop's thread): the next flush to begin carries its
+#: result, and the process "stops" once the server committed it.
+stop_after_commit = threading.Event()
+
+
+@fusee.workflow("pg_chain")
+async def chain(ctx: fusee.Ctx, x: int) -> int:
+    a = await ctx.step("s0", lambda: effects.append("s0") or stop_after_commit.set() or x + 1)
+    return await ctx.step("s1", lambda: effects.append("s1") or a * 2)  # type: ignore[no-any-return]
+
+
+async def test_an_owner_stopped_while_its_flush_commits_begins_no_step_once_another_took_over(
+        pg_dsn: str) -> None:
+    """The server commits a flush of an owner that is stopped (SIGSTOP) past its lease; the owner
+    hears of it when it resumes, after another engine recovered that flush and ran the step it
+    released. The stopped owner must not run that step too: its lease lapsed by its own clock."""
+    effects.clear()
+    stop_after_commit.clear()
+    stopped, resume = threading.Event(), threading.Event()
+    owner = await fusee.Engine.open(pg_dsn, workflows=[chain], lease_ttl=1, flush="background",
+                                    inline_sync_steps=True)
+    log: Any = owner._log
+    begin, write = log.begin_flush, log._write_batch
+    marked: list[Any] = []
+
+    def begin_and_mark() -> Any:
+        job = begin()
+        if job is not None and stop_after_commit.is_set() and not marked:
+            marked.append(job)  # the first flush begun after s0 returned: it carries s0's result
+        return job
+
+    def write_then_stop(job: Any) -> None:
+        write(job)  # committed by the server: durable, whatever becomes of this process
+        if job in marked:
+            log.lease.stop_renewing()  # the whole process stops: its renewals too
+            stopped.set()
+            resume.wait(60)
+
+    log.begin_flush, log._write_batch = begin_and_mark, write_then_stop
+    taker = None
+    try:
+        await owner.start(chain, "c-1", 3)
+        await until(stopped.is_set)
+        await until(lambda: not log.lease.holds())  # its TTL passed without a renewal
+        await until(lambda: rows(pg_dsn, "SELECT count(*) FROM fusee.lease WHERE expires_at > now()") == [(0,)])
+        taker = await fusee.Engine.open(pg_dsn, workflows=[chain], lease_ttl=1, exclusive=True)
+        assert taker.epoch == 2
+        assert await taker.get("c-1").result() == 8  # s0's result was recovered: only s1 ran
+        assert effects == ["s0", "s1"]
+        resume.set()  # SIGCONT: the flush returns, committed, and releases s1 in the old owner
+        await until(lambda: owner.failure is not None)
+        assert isinstance(owner.failure, LeaseLost), owner.failure
+        assert effects == ["s0", "s1"], "the stopped owner ran a step the new owner had recorded"
+    finally:
+        resume.set()
+        await owner.close()
+        if taker is not None:
+            await taker.close()
 
 
 # --- real processes: three workers on one namespace ---------------------------------------
