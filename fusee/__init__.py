@@ -67,6 +67,7 @@ from fusee.limits import Limit, LimitStatus
 from fusee.objects import Handler, ObjectCtx, ObjectDef, ObjectState, object
 from fusee.retry import Retry
 from fusee.runtime.context import ChildHandle, Ctx, StepInfo
+from fusee.scale import placement as _placement  # noqa: F401  (installs Engine.open's owner-or-follower choice)
 from fusee.step import step, step_info
 from fusee.telemetry import Telemetry
 

@@ -51,12 +51,10 @@ def wait_for(cond: Callable[[], bool], p: subprocess.Popen[str], timeout: float 
 async def crash_in_process(engine: Any) -> None:
     """What a crash leaves, without killing the test's process: no close, no final checkpoint,
     and the directory let go (its lock, its routing socket, this process's claim on it)."""
-    from fusee.scale.follower import HELD_HERE
-
     engine._rt.closed = True
     engine._closed = True
     if engine._route_server is not None:
         await engine._route_server.close()
     engine._log.close()
-    if engine._held_key is not None:
-        HELD_HERE.discard(engine._held_key)
+    for released in engine._on_release:
+        released()

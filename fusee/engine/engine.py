@@ -3,6 +3,11 @@
 Every acknowledgement (a start, a signal, an accepted update, a cancel or a
 terminate) is returned only once its record is durable; results and query
 answers are released only from durable state.
+
+This engine holds one log (a directory or a PostgreSQL namespace) and knows
+nothing of other processes: which process holds it, and routing the others'
+calls to that one, is the layer above (:mod:`fusee.scale`), which installs
+the opener :meth:`Engine.open` uses (see :func:`install_opener`).
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ import os
 import random
 from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterable
 from types import TracebackType
-from typing import Any, Generic, TypeVar, cast, overload
+from typing import Any, Generic, Protocol, TypeVar, cast, overload
 
 from fusee import codec, journal_file, sabotage
 from fusee import telemetry as telemetry_config
@@ -74,6 +79,38 @@ R = TypeVar("R")
 In = TypeVar("In")
 Q = TypeVar("Q")
 logger = logging.getLogger("fusee")
+
+
+class _Closes(Protocol):
+    async def close(self) -> None: ...
+
+
+#: What :meth:`Engine.open` calls: ``opener(cls, path, **every keyword of open)`` returns the
+#: engine. The layer above installs one that picks owner or follower (:mod:`fusee.scale.placement`,
+#: imported by the ``fusee`` package); a hook, because this layer must not import the ones above it.
+Opener = Callable[..., Awaitable["Engine"]]
+
+
+async def _hold_alone(cls: type[Engine], path: str | os.PathLike[str] | None, *, exclusive: bool,
+                      route_timeout: float, route_address: str | None, **options: Any) -> Engine:
+    """Without the layer above nobody follows or serves: the engine holds its log alone."""
+    return await cls._open(path, **options)
+
+
+_opener: Opener = _hold_alone
+
+
+def install_opener(opener: Opener) -> None:
+    """Makes :meth:`Engine.open` open through ``opener`` (see :data:`Opener`)."""
+    global _opener
+    _opener = opener
+
+
+def shared_directory(path: str | os.PathLike[str] | None, env: Env | None, read_only: bool) -> bool:
+    """Whether other processes may open ``path`` too: a directory on the real disk, opened to write
+    on the engine's own Env (its lock then carries an epoch, which the next owner raises)."""
+    return (env is None and path is not None and not read_only
+            and not pg_store.is_dsn(os.fspath(path)))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -197,10 +234,13 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
     recovered_records: int
     #: Spans and metrics (``fusee.otel.OTelTelemetry``), None when telemetry is off.
     _telemetry: Any
-    #: Serves other processes' calls (``fusee.scale.server.RouteServer``) when this engine owns a directory.
-    _route_server: Any
-    #: This process's claim on the directory (see ``fusee.scale.follower.HELD_HERE``).
-    _held_key: Any
+    #: Whatever serves other processes' calls on this engine (set by the layer above:
+    #: ``fusee.scale.server.RouteServer``), closed at close after the last checkpoint and before
+    #: the log lets the directory go (the next owner reuses its address).
+    _route_server: _Closes | None
+    #: Called once the log let the directory go at close (the layer above: this process's
+    #: claim on the directory ends).
+    _on_release: list[Callable[[], None]]
 
     def __init__(self) -> None:
         raise TypeError("use 'await fusee.Engine.open(path, workflows=[...])'")
@@ -314,7 +354,8 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
         """
         workflows = list(workflows)
         return _Opening(
-            cls._open(
+            _opener(
+                cls,
                 path,
                 exclusive=exclusive,
                 route_timeout=route_timeout,
@@ -371,30 +412,19 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
         codec: Codec | None = None,
         limits: Iterable[Limit] = (),
         telemetry: bool | telemetry_config.Telemetry | None = None,
-        exclusive: bool = False,
-        route_timeout: float = 30.0,
         _lock: Any = None,
         _epoch: int = 0,
         namespace: str | None = None,
         lease_ttl: float | None = None,
-        route_address: str | None = None,
         _pg_lease: Any = None,
         _fence: Callable[[], None] | None = None,
         _holding: Holding | None = None,
     ) -> Engine:
-        # What a follower needs to open the directory itself when it takes over.
-        options = dict(
-            workflows=list(workflows), shards=shards, env=env, retry=retry, inline_sync_steps=inline_sync_steps,
-            flush=flush, step_threads=step_threads, truncate_corrupt=truncate_corrupt,
-            segment_bytes=segment_bytes, blob_threshold=blob_threshold, checkpoint_every=checkpoint_every,
-            checkpoint_interval=checkpoint_interval, checkpoint_bytes=checkpoint_bytes, park_after=park_after,
-            max_loaded=max_loaded, retention=retention, keep_history=keep_history, codec=codec, limits=limits,
-            telemetry=telemetry, route_timeout=route_timeout, namespace=namespace, lease_ttl=lease_ttl,
-            route_address=route_address,
-        )
-        workflows = options["workflows"]  # type: ignore[assignment]
-        if not isinstance(route_timeout, (int, float)) or isinstance(route_timeout, bool) or route_timeout <= 0:
-            raise ValueError(f"route_timeout must be a positive number of seconds, got {route_timeout!r}")
+        """This engine on ``path``, holding its log, or :class:`fusee.errors.DirectoryLocked` /
+        :class:`fusee.errors.LeaseHeld` when another holds it (what :meth:`open` does then is the
+        opener's choice). ``_lock``/``_epoch`` (a directory) and ``_pg_lease``/``_fence`` (a
+        namespace) open it on a lease already won."""
+        workflows = list(workflows)
         tel_config = telemetry_config.resolve(telemetry)
         opened_at = asyncio.get_running_loop().time()  # for the recovery line of the log
         registry: dict[tuple[str, int], WorkflowDef[Any, Any]] = {}
@@ -441,19 +471,8 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
         elif flush is not None:
             raise ValueError("flush=... applies to the engine's own Env: with env=..., set the Env's flush_mode")
         dir_path = MEMORY_PATH if path is None else os.fspath(path)
-        # Many processes on one directory: only for an engine on the real disk that writes.
-        from fusee.storage.posix import PosixStorage as _Posix
-
         on_postgres = pg_store.is_dsn(dir_path)
-        shared = (own_env and path is not None and not read_only and not on_postgres
-                  and isinstance(env.storage, _Posix))
-        if shared and _lock is None:
-            from fusee.scale.follower import HELD_HERE, dir_key
-
-            if dir_key(dir_path) in HELD_HERE:
-                if own_env and isinstance(env, RealEnv):
-                    env.close()
-                raise DirectoryLocked(dir_path, os.getpid())
+        shared = shared_directory(path, None if own_env else env, read_only)
         # Segments are preallocated: 64 MiB on a disk, 1 MiB in memory (an engine
         # for tests opens in a millisecond instead of zeroing 64 MiB).
         seg_bytes = segment_bytes if segment_bytes is not None else (1 << 20 if path is None else 64 << 20)
@@ -462,13 +481,6 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
                              "('postgresql://...'), not to a directory")
         if on_postgres and truncate_corrupt:
             raise ValueError("truncate_corrupt= applies to a directory, not to a PostgreSQL namespace")
-        if route_address is not None:
-            if not on_postgres:
-                raise ValueError("route_address= applies to a PostgreSQL DSN: on a directory the owner "
-                                 "serves the other processes on a Unix socket")
-            from fusee.scale.tcp import parse_address
-
-            parse_address(route_address)  # a clear error before anything is opened
 
         def open_log() -> tuple[SharedLog, Any]:
             if on_postgres:
@@ -500,26 +512,10 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
                 log, recovery = await asyncio.get_running_loop().run_in_executor(None, open_log)
             else:
                 log, recovery = open_log()
-        except DirectoryLocked:
+        except (DirectoryLocked, LeaseHeld):
             if own_env and isinstance(env, RealEnv):
                 env.close()
-            if not shared or exclusive or _lock is not None:
-                raise
-            from fusee.scale.follower import Follower
-            from fusee.scale.places import DirectoryPlace
-
-            return await Follower.follow(DirectoryPlace(dir_path), options, route_timeout)
-        except LeaseHeld:
-            if own_env and isinstance(env, RealEnv):
-                env.close()
-            if exclusive or _pg_lease is not None or not own_env:
-                raise
-            from fusee.scale.follower import Follower
-            from fusee.scale.places import PostgresPlace
-
-            place = PostgresPlace(dir_path, pg_store.DEFAULT_NAMESPACE if namespace is None else namespace,
-                                  pg_store.DEFAULT_LEASE_TTL if lease_ttl is None else lease_ttl)
-            return await Follower.follow(place, options, route_timeout)
+            raise
         self = object.__new__(cls)
         self._env = env
         self._own_env = own_env
@@ -529,7 +525,7 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
         self._closed = False
         self._read_only = read_only
         self._route_server = None
-        self._held_key = None
+        self._on_release = []
         self._committer = GroupCommitter(
             log,
             run_blocking=env.run_step if sabotage.active.flush_shares_step_pool else env.run_io,
@@ -607,9 +603,7 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
         )
         if interval is not None and not read_only:
             periodic.every(rt.loop, interval, self._periodic_checkpoint, self._wake_on_append)
-        if shared:
-            await self._serve_followers(dir_path, _lock is None)
-        elif on_postgres and not read_only:
+        if on_postgres and not read_only:
             pg_log: Any = log
             loop = rt.loop
             # A renewal that finds the lease gone fails the log at once: an idle engine learns it
@@ -619,48 +613,7 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
                     loop.call_soon_threadsafe(pg_log.lease_lost)
 
             pg_log.lease.on_lost = lost
-            if own_env:
-                await self._serve_over_tcp(route_address)
         return self
-
-    async def _serve_followers(self, dir_path: str, register: bool) -> None:
-        """Owner of a directory other processes may open: serve their routed calls."""
-        from fusee.scale.follower import HELD_HERE, dir_key
-        from fusee.scale.lease import DirectoryLease
-        from fusee.scale.server import RouteServer
-
-        d = self._log.dir
-        assert d._lock is not None and d.epoch > 0, "an owner holds the lock under an epoch"
-        if register:
-            self._held_key = dir_key(dir_path)
-            if self._held_key is not None:
-                HELD_HERE.add(self._held_key)
-        server = RouteServer(self, DirectoryLease.adopt(dir_path, d._lock, d.epoch), dir_path)
-        try:
-            await server.start()
-        except OSError as e:
-            # Followers cannot reach us; this process still works alone.
-            logger.warning("owner of %s cannot serve other processes (%s): their calls will fail", dir_path, e)
-            return
-        self._route_server = server
-
-    async def _serve_over_tcp(self, route_address: str | None) -> None:
-        """Owner of a PostgreSQL namespace: serve the other engines' routed calls over TCP."""
-        from fusee.scale.server import RouteServer
-        from fusee.scale.tcp import DEFAULT_ROUTE_ADDRESS
-
-        log: Any = self._log
-        try:
-            secret = await asyncio.get_running_loop().run_in_executor(None, log.lease.routing_secret)
-            server = RouteServer(self, log.lease, log.dir.path, tcp=route_address or DEFAULT_ROUTE_ADDRESS,
-                                 secret=secret)
-            await server.start()
-        except Exception as e:
-            # The other engines cannot reach us; this one still serves the namespace alone.
-            logger.warning("owner of %s cannot serve other engines (%s): their calls will fail",
-                           log.dir.path, e)
-            return
-        self._route_server = server
 
     @property
     def epoch(self) -> int:
@@ -1495,10 +1448,8 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
                 await self._route_server.close()  # before the lock goes: the next owner reuses the address
             await self._committer.close()
             self._log.close()
-            if self._held_key is not None:
-                from fusee.scale.follower import HELD_HERE
-
-                HELD_HERE.discard(self._held_key)
+            for released in self._on_release:
+                released()
             if self._own_env and isinstance(self._env, RealEnv):
                 self._env.close()
             rt.release_table()

@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol, cast
 
 from fusee.limits import KEEP, Limit, LimitStatus
+from fusee.runtime.runtime import Runtime
 
-if TYPE_CHECKING:
-    from fusee.engine.engine import Engine
+
+class _Host(Protocol):
+    """What these calls use of the engine they are mixed into."""
+
+    @property
+    def _rt(self) -> Runtime: ...
+
+    def _check_open(self) -> None: ...
 
 
 class LimitCalls:
@@ -23,11 +30,11 @@ class LimitCalls:
         theirs and no new one is given until fewer than the new bound run.
         Raises :class:`fusee.UnknownLimit` for a name the engine was not opened with.
         """
-        eng: Engine = self  # type: ignore[assignment]
+        eng = cast(_Host, self)
         eng._check_open()
         return eng._rt.limiter.set_limit(name, concurrency, per_second, weights)
 
     def limits(self) -> dict[str, LimitStatus]:
         """Each limit's bounds, permits out (``in_use``) and step executions waiting (``waiting``)."""
-        eng: Engine = self  # type: ignore[assignment]
+        eng = cast(_Host, self)
         return eng._rt.limiter.status()

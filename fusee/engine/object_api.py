@@ -8,9 +8,10 @@ the key's journal before its answer comes back.
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any, TypeVar, overload
+from typing import Any, Protocol, TypeVar, cast, overload
 
 from fusee import sabotage
+from fusee.definitions import QueryDef, UpdateDef, WorkflowDef
 from fusee.errors import (
     NotFound,
     ObjectCallFailed,
@@ -20,9 +21,8 @@ from fusee.errors import (
     WorkflowEnded,
 )
 from fusee.objects import CALL, EDIT, STATE, Handler, ObjectDef, ObjectState, to_plain
-
-if TYPE_CHECKING:
-    from fusee.engine.engine import Engine
+from fusee.runtime.env import Env
+from fusee.runtime.runtime import Runtime
 
 R = TypeVar("R")
 S = TypeVar("S")
@@ -30,6 +30,25 @@ A = TypeVar("A")
 
 #: How often a call is offered again when the key's run handed over (continue-as-new) meanwhile.
 _HANDOVER_RETRIES = 1000
+
+
+class _Host(Protocol):
+    """What these calls use of the engine they are mixed into."""
+
+    @property
+    def _rt(self) -> Runtime: ...
+
+    @property
+    def _env(self) -> Env: ...
+
+    def _check_open(self) -> None: ...
+
+    async def query(self, workflow_id: str, query: QueryDef[Any], arg: Any = None) -> Any: ...
+
+    async def update_with_start(
+        self, workflow: WorkflowDef[Any, Any] | str, workflow_id: str, input: Any, update: UpdateDef[Any],
+        arg: Any = None, *, update_id: str | None = None,
+    ) -> Any: ...
 
 
 class ObjectCalls:
@@ -50,7 +69,7 @@ class ObjectCalls:
         handler running again. A handler that raised raises
         :class:`fusee.ObjectCallFailed` here (the same for every repeat).
         """
-        eng: Engine = self  # type: ignore[assignment]
+        eng = cast(_Host, self)
         if not isinstance(handler, Handler):
             raise TypeError(f"engine.call takes a handler made with @obj.exclusive or @obj.shared, got {handler!r}")
         obj = handler.obj
@@ -81,7 +100,7 @@ class ObjectCalls:
     async def object_state(self, obj: ObjectDef[S], key: str) -> ObjectState[S]:
         """``key``'s state and version, once that state is durable (the initial state, version 0,
         for a key never written)."""
-        eng: Engine = self  # type: ignore[assignment]
+        eng = cast(_Host, self)
         self._check_object(obj)
         wid = obj.workflow_id(key)
         for _ in range(_HANDOVER_RETRIES):
@@ -129,7 +148,7 @@ class ObjectCalls:
     # --- helpers ---------------------------------------------------------------------------
 
     def _check_object(self, obj: ObjectDef[Any]) -> None:
-        eng: Engine = self  # type: ignore[assignment]
+        eng = cast(_Host, self)
         eng._check_open()
         if not isinstance(obj, ObjectDef):
             raise TypeError(f"expected an object made with fusee.object(...), got {obj!r}")
@@ -140,7 +159,7 @@ class ObjectCalls:
             )
 
     async def _edit(self, obj: ObjectDef[Any], key: str, arg: dict[str, Any]) -> int:
-        eng: Engine = self  # type: ignore[assignment]
+        eng = cast(_Host, self)
         wid = obj.workflow_id(key)
         uid = eng._env.rng.getrandbits(128).to_bytes(16, "big").hex()
         env = await self._object_update(obj, wid, EDIT, arg, uid)
@@ -159,7 +178,7 @@ class ObjectCalls:
     async def _object_update(self, obj: ObjectDef[Any], wid: str, update: Any, arg: Any, uid: str) -> Any:
         """Delivers an update to the key's run (starting it if needed), again if the run handed over
         to its next one before accepting it (the same update ID: it is answered once)."""
-        eng: Engine = self  # type: ignore[assignment]
+        eng = cast(_Host, self)
         for _ in range(_HANDOVER_RETRIES):
             try:
                 return await eng.update_with_start(obj.workflow, wid, obj.start_input(), update, arg, update_id=uid)

@@ -52,6 +52,7 @@ from fusee.limits import Limit, LimitStatus
 from fusee.objects import ObjectDef
 from fusee.runtime.runtime import IF_FINISHED, IF_RUNNING
 from fusee.scale import wire
+from fusee.scale.owner import HELD_HERE, dir_key, open_owner
 from fusee.scale.places import DirectoryPlace, Place, WaitingLease
 from fusee.scale.server import dispatch
 
@@ -61,19 +62,6 @@ logger = logging.getLogger("fusee.scale")
 VIEW_TTL = 0.2
 #: How many times a follower reads the live directory for its view before giving up until the next read.
 _VIEW_TRIES = 5
-#: Directories this process has open (as owner or follower), by (device, inode): a second
-#: open in one process is refused as it always was, instead of following itself.
-HELD_HERE: set[tuple[int, int]] = set()
-
-
-def dir_key(path: str) -> tuple[int, int] | None:
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return st.st_dev, st.st_ino
-
-
 class _Lost(Exception):
     """The connection to the owner broke before the answer came."""
 
@@ -164,6 +152,8 @@ class Follower(Engine):
     _by_name: dict[str, WorkflowDef[Any, Any]]
     _objects: dict[str, ObjectDef[Any]]
     _route_timeout: float
+    #: Where this process serves the others once it took over (a namespace: ``Engine.open``'s ``route_address``).
+    _route_address: str | None
     _place: Place
     _lease: WaitingLease | None
     _stop: threading.Event
@@ -179,13 +169,16 @@ class Follower(Engine):
     _floop: asyncio.AbstractEventLoop
 
     @classmethod
-    async def follow(cls, place: Place, options: dict[str, Any], route_timeout: float) -> Follower:
-        """A follower of ``place`` (which another engine owns); starts waiting for its lease."""
+    async def follow(cls, place: Place, options: dict[str, Any], route_timeout: float,
+                     route_address: str | None = None) -> Follower:
+        """A follower of ``place`` (which another engine owns); starts waiting for its lease.
+        ``options``: what ``Engine._open`` needs to open the place itself when it takes over."""
         self = object.__new__(cls)
         self._place = place
         self._path = place.label
         self._options = options
         self._route_timeout = float(route_timeout)
+        self._route_address = route_address
         self._registry, self._by_name, self._objects = {}, {}, {}
         for w in options.get("workflows", ()):
             if isinstance(w, ObjectDef):
@@ -206,6 +199,7 @@ class Follower(Engine):
         self._tasks = set()
         self._telemetry = None
         self._route_server = None
+        self._on_release = []
         self.recovered_records = 0
         self._env = types.SimpleNamespace(rng=random.Random(os.urandom(16)))
         self._key = dir_key(place.target) if isinstance(place, DirectoryPlace) else None
@@ -273,7 +267,8 @@ class Follower(Engine):
             lease.release()
             return
         try:
-            eng = await Engine._open(self._place.target, **self._options, **self._place.takeover_options(lease))
+            eng = await open_owner(Engine, self._place.target, self._options, route_address=self._route_address,
+                                   claim=False, **self._place.takeover_options(lease))
         except Exception as e:
             logger.error("follower of %s took the lease (epoch %d) but could not open the directory: %s; "
                          "waiting for the lease again", self._path, lease.epoch, e)

@@ -128,9 +128,12 @@ def trace_hash(trace: list[str]) -> str:
 
 
 def open_options() -> dict[str, Any]:
-    """``Engine.open``'s keyword options at their defaults (a simulated process passes them all to ``_open``)."""
+    """``Engine.open``'s keyword options at their defaults, those the engine itself takes (a simulated
+    process passes them all to ``_open``; it plays the owner-or-follower choice itself)."""
     sig = inspect.signature(fusee.Engine.open)
-    return {n: p.default for n, p in sig.parameters.items() if p.kind is inspect.Parameter.KEYWORD_ONLY}
+    own = inspect.signature(fusee.Engine._open).parameters
+    return {n: p.default for n, p in sig.parameters.items()
+            if p.kind is inspect.Parameter.KEYWORD_ONLY and n in own}
 
 
 class ScaleWorld:

@@ -1,0 +1,69 @@
+"""Where ``Engine.open`` puts an engine: the owner of its directory or namespace, or a follower.
+
+The engine (:mod:`fusee.engine.engine`) only holds a log. This module is the
+opener :meth:`fusee.Engine.open` calls (installed when it is imported; the
+``fusee`` package imports it): it opens the engine as the owner (which
+serves the other processes, :mod:`fusee.scale.owner`), and when another
+process holds the directory, or another engine the namespace's lease, it
+returns a :class:`fusee.scale.follower.Follower` of that owner instead,
+unless ``exclusive=True``.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from fusee.engine import engine as holder
+from fusee.engine.engine import MEMORY_PATH, Engine, shared_directory
+from fusee.errors import DirectoryLocked, LeaseHeld
+from fusee.scale.follower import Follower
+from fusee.scale.owner import HELD_HERE, dir_key, open_owner
+from fusee.scale.places import DirectoryPlace, PostgresPlace
+from fusee.scale.tcp import parse_address
+from fusee.storage import postgres as pg_store
+
+
+async def open_engine(
+    cls: type[Engine],
+    path: str | os.PathLike[str] | None,
+    *,
+    exclusive: bool,
+    route_timeout: float,
+    route_address: str | None,
+    **options: Any,
+) -> Engine:
+    """:meth:`fusee.Engine.open`: the owner of ``path``, or a follower of the process that owns it.
+    ``options`` are the holder's (``Engine._open``)."""
+    if not isinstance(route_timeout, (int, float)) or isinstance(route_timeout, bool) or route_timeout <= 0:
+        raise ValueError(f"route_timeout must be a positive number of seconds, got {route_timeout!r}")
+    target = MEMORY_PATH if path is None else os.fspath(path)
+    on_postgres = pg_store.is_dsn(target)
+    if route_address is not None:
+        if not on_postgres:
+            raise ValueError("route_address= applies to a PostgreSQL DSN: on a directory the owner "
+                             "serves the other processes on a Unix socket")
+        parse_address(route_address)  # a clear error before anything is opened
+    options["workflows"] = list(options.get("workflows", ()))
+    env, read_only = options.get("env"), bool(options.get("read_only", False))
+    shared = shared_directory(path, env, read_only)
+    if shared and dir_key(target) in HELD_HERE:
+        raise DirectoryLocked(target, os.getpid())
+    try:
+        return await open_owner(cls, path, options, route_address=route_address)
+    except DirectoryLocked:
+        if not shared or exclusive:
+            raise
+        place: Any = DirectoryPlace(target)
+    except LeaseHeld:
+        if exclusive or env is not None:
+            raise
+        namespace, lease_ttl = options.get("namespace"), options.get("lease_ttl")
+        place = PostgresPlace(target, pg_store.DEFAULT_NAMESPACE if namespace is None else namespace,
+                              pg_store.DEFAULT_LEASE_TTL if lease_ttl is None else lease_ttl)
+    # What the follower needs to open the place itself when it takes over (and for its view).
+    follow_options = {k: v for k, v in options.items() if k != "read_only"}
+    return await Follower.follow(place, follow_options, route_timeout, route_address)
+
+
+holder.install_opener(open_engine)
