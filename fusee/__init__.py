@@ -30,6 +30,7 @@ from fusee.errors import (
     DecryptionFailed,
     DeterminismError,
     EngineClosed,
+    EngineForked,
     FuseeError,
     HistoryUnavailable,
     InvalidQuery,
@@ -68,6 +69,7 @@ from fusee.objects import Handler, ObjectCtx, ObjectDef, ObjectState, object
 from fusee.retry import Retry
 from fusee.runtime.context import ChildHandle, Ctx, StepInfo
 from fusee.step import step, step_info
+from fusee.sync import SyncEngine, SyncRunHandle
 from fusee.telemetry import Telemetry
 
 __version__ = "0.1.0"
@@ -93,6 +95,7 @@ __all__ = [
     "DeterminismError",
     "Engine",
     "EngineClosed",
+    "EngineForked",
     "FuseeError",
     "Handler",
     "HistoryUnavailable",
@@ -129,6 +132,8 @@ __all__ = [
     "SignalDef",
     "StepFailed",
     "StepInfo",
+    "SyncEngine",
+    "SyncRunHandle",
     "Telemetry",
     "TelemetryUnavailable",
     "UnknownLimit",
