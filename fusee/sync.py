@@ -201,9 +201,13 @@ class SyncEngine:
             except BaseException as e:  # kept: raised at the next call and at close, never lost
                 if holder:
                     holder[0]._thread_error = e
-                raise
             finally:
+                # Calls still waiting on the loop end now (as EngineClosed, see _submit), never hang.
                 try:
+                    tasks = asyncio.all_tasks(loop)
+                    for task in tasks:
+                        task.cancel()
+                    loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
                     loop.run_until_complete(loop.shutdown_asyncgens())
                 finally:
                     loop.close()
@@ -258,6 +262,11 @@ class SyncEngine:
         except concurrent.futures.TimeoutError:
             fut.cancel()  # only the wait ends; what was acknowledged stays acknowledged
             raise TimeoutError(f"no answer within {timeout} s") from None
+        except concurrent.futures.CancelledError:
+            if not self._closed and self._thread_error is None and self._thread.is_alive():
+                raise
+            self._check()  # the loop thread failed: its error, chained
+            raise EngineClosed("the engine closed while this call waited: open it again to continue") from None
 
     def _run(
         self, method: Callable[..., Awaitable[T]], /, *args: Any, _wait: float | None = None, **kwargs: Any

@@ -182,3 +182,45 @@ def test_a_call_from_the_loop_thread_is_refused(tmp_path: Path) -> None:
 
         with pytest.raises(fusee.WrongEventLoop):
             asyncio.run_coroutine_threadsafe(inside(), engine.loop).result()
+
+
+def test_a_caller_waiting_when_the_engine_closes_gets_engine_closed(tmp_path: Path) -> None:
+    engine = fusee.SyncEngine.open(tmp_path, workflows=WORKFLOWS)
+    h = engine.start(adder, "a", 1)
+    started = threading.Event()
+
+    def wait() -> int:
+        started.set()
+        return h.result()
+
+    with ThreadPoolExecutor(1) as pool:
+        waiting = pool.submit(wait)
+        started.wait()
+        engine.close()
+        with pytest.raises(fusee.EngineClosed):
+            waiting.result(timeout=30)  # bounded only so a hang fails instead of stalling the suite
+
+
+def test_a_failure_of_the_loop_thread_is_raised_not_lost(tmp_path: Path) -> None:
+    engine = fusee.SyncEngine.open(tmp_path, workflows=WORKFLOWS)
+    h = engine.start(adder, "a", 1)
+    started = threading.Event()
+
+    def wait() -> int:
+        started.set()
+        return h.result()
+
+    def die() -> None:
+        raise KeyboardInterrupt("the loop thread was interrupted")
+
+    with ThreadPoolExecutor(1) as pool:
+        waiting = pool.submit(wait)
+        started.wait()
+        engine.loop.call_soon_threadsafe(die)
+        with pytest.raises(fusee.EngineClosed):
+            waiting.result(timeout=30)  # bounded only so a hang fails instead of stalling the suite
+    with pytest.raises(fusee.EngineClosed, match="interrupted"):
+        engine.describe("a")
+    with pytest.raises(fusee.EngineClosed, match="interrupted") as got:
+        engine.close()
+    assert isinstance(got.value.__cause__, KeyboardInterrupt)
