@@ -628,6 +628,9 @@ class SyncEngine:
         the engine: close it there).
         """
         self._check_fork()
+        if threading.current_thread() is self._thread:
+            raise WrongEventLoop("SyncEngine.close was called on the engine's own loop thread: "
+                                 "it would wait for itself; close it from another thread")
         with self._close_lock:
             if self._closed:
                 return

@@ -187,8 +187,14 @@ def test_a_call_from_the_loop_thread_is_refused(tmp_path: Path) -> None:
         async def inside() -> None:
             engine.describe("x")
 
+        async def close_inside() -> None:
+            engine.close()
+
         with pytest.raises(fusee.WrongEventLoop):
             asyncio.run_coroutine_threadsafe(inside(), engine.loop).result()
+        with pytest.raises(fusee.WrongEventLoop):
+            asyncio.run_coroutine_threadsafe(close_inside(), engine.loop).result(timeout=30)
+        engine.start(adder, "still-open", 1)
 
 
 def test_a_caller_waiting_when_the_engine_closes_gets_engine_closed(tmp_path: Path) -> None:
