@@ -30,6 +30,7 @@ from fusee.errors import (
     DecryptionFailed,
     DeterminismError,
     EngineClosed,
+    EngineForked,
     FuseeError,
     HistoryUnavailable,
     InvalidQuery,
@@ -69,6 +70,7 @@ from fusee.retry import Retry
 from fusee.runtime.context import ChildHandle, Ctx, StepInfo
 from fusee.scale import placement as _placement  # noqa: F401  (installs Engine.open's owner-or-follower choice)
 from fusee.step import step, step_info
+from fusee.sync import SyncEngine, SyncRunHandle
 from fusee.telemetry import Telemetry
 
 __version__ = "0.1.0"
@@ -94,6 +96,7 @@ __all__ = [
     "DeterminismError",
     "Engine",
     "EngineClosed",
+    "EngineForked",
     "FuseeError",
     "Handler",
     "HistoryUnavailable",
@@ -130,6 +133,8 @@ __all__ = [
     "SignalDef",
     "StepFailed",
     "StepInfo",
+    "SyncEngine",
+    "SyncRunHandle",
     "Telemetry",
     "TelemetryUnavailable",
     "UnknownLimit",

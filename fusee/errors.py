@@ -614,3 +614,13 @@ class ScheduleNotFound(NotFound):
 
 class NotWindowed(FuseeError, TypeError):
     """``engine.enqueue`` was given a workflow declared without ``debounce=`` or ``batch=``."""
+
+
+class EngineForked(FuseeError, RuntimeError):
+    """A :class:`fusee.SyncEngine` was opened in one process and called in a child forked from it.
+
+    The engine's loop thread, its lock on the directory and its log do not
+    follow a ``fork``; nothing was recorded. Open the engine in each process
+    that uses it, after the fork (gunicorn: without ``--preload``, or in a
+    ``post_fork`` hook), and not in the parent.
+    """
