@@ -952,10 +952,20 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
         if not st.running:
             # The run ended: its code is gone, a read-only replay answers (during retention).
             history.check(self._rt, st, "a query")
-            await self._durable(st.shard, st.done_lsn)
+            await self._release_in_order(wid, st.shard, st.done_lsn)
             return ended.answer_query(self._rt, st, query, arg)  # type: ignore[no-any-return]
         run = self._rt.running_run(wid)
         answer = run.answer_query(query, arg)
+        await self._release_in_order(wid, run.shard, None if sabotage.active.query_from_nondurable else run.machine.gate)
+        return answer  # type: ignore[no-any-return]
+
+    async def _release_in_order(self, wid: str, shard: int, lsn: int | None) -> None:
+        """Returns once ``lsn`` is durable (None: at once) and the queries of ``wid`` asked before have left.
+
+        Queries of an ended run take their turn too: a live answer asked
+        before the run ended may still wait for its state to be durable, and
+        the final state must not leave before it.
+        """
         # Kept by workflow ID, not on the Run: a run parked and woken between two
         # queries is a new Run object, and the older answer may still be waiting.
         order = self._rt.query_order
@@ -963,15 +973,14 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
         mine: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         order[wid] = mine
         try:
-            if not sabotage.active.query_from_nondurable:
-                await self._durable(run.shard, run.machine.gate)
+            if lsn is not None:
+                await self._durable(shard, lsn)
             if earlier is not None and not earlier.done():
                 await asyncio.shield(earlier)
         finally:
             mine.set_result(None)
             if order.get(wid) is mine:
                 del order[wid]
-        return answer  # type: ignore[no-any-return]
 
     @traced("update")
     async def update(
