@@ -99,7 +99,12 @@ def parkable(rt: ParkingHost, run: Run) -> bool:
 
 
 def wake_time(rt: ParkingHost, run: Run) -> int:
-    """When a parked run must come back by itself: its earliest timer or deadline (0: never)."""
+    """When a parked run must come back by itself: its earliest timer or deadline (0: never);
+    at once (1) if a step waits for a permit."""
+    if permit_waits(rt, run):
+        # Permits live in memory: after a restart (from a checkpoint too) the run must
+        # come back at once to wait again, or nothing would ever wake it.
+        return 1
     due = [run.timer_at[s] for s, op in run.ops.items() if op.kind == 1 and s in run.timer_at]
     due += [
         run.wait_deadline[s]
@@ -124,9 +129,6 @@ def park(rt: ParkingHost, st: WorkflowState) -> None:
     waiting = permit_waits(rt, run)
     for seq in waiting:
         rt.limiter.park((run, seq), lambda ident: wake_for_permit(rt, ident))
-    if waiting:
-        # Permits live in memory: after a restart the run must come back at once to wait again.
-        st.wake_ms = 1
     pack_state(rt, st)
     st.run = None
     rt.loaded_runs -= 1

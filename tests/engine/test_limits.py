@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 import fusee
+from tests.helpers import crash_in_process
 
 RUNNING = {"now": 0, "most": 0}
 ORDER: list[str] = []
@@ -52,6 +53,11 @@ async def unknown(ctx: fusee.Ctx) -> str:
     except fusee.UnknownLimit as e:
         return f"{e.name}: {e}"
     return "ran"
+
+
+@fusee.workflow("plain")
+async def plain(ctx: fusee.Ctx) -> str:
+    return "done"
 
 
 FLAKY: list[int] = []
@@ -211,5 +217,26 @@ async def test_steps_waiting_at_a_close_wait_again_after_the_reopen(tmp_path: An
         assert run.describe().status == "running"
     assert ORDER == []
     async with fusee.Engine.open(tmp_path, workflows=[limited], limits=[fusee.Limit("svc", concurrency=2)]) as engine:
+        assert await engine.get("r").result() == ["t0", "t1", "t2"]
+        assert RUNNING["most"] == 2
+
+
+async def test_steps_waiting_at_a_checkpoint_wait_again_after_a_crash(tmp_path: Any) -> None:
+    # A checkpoint taken while a loaded run waits only for permits keeps that run parked at
+    # the next open: it must come back at once to wait again (permits are not journaled).
+    closed = [fusee.Limit("svc", per_second=0.001)]  # hands out nothing while the engine runs
+    engine = await fusee.Engine.open(tmp_path, workflows=[limited, plain], limits=closed, checkpoint_every=1)
+    run = await engine.start(limited, "r", [[f"t{i}", 0, None] for i in range(3)])
+    await wait_until(lambda: engine.limits()["svc"].waiting == 3)
+    taken = engine.stats["checkpoints"]
+    # Another run's records bring a checkpoint that sees "r" loaded and waiting.
+    assert await engine.execute(plain, "p") == "done"
+    await wait_until(lambda: engine.stats["checkpoints"] > taken)
+    assert run.describe().status == "running"
+    await crash_in_process(engine)  # no close, no final checkpoint
+    assert ORDER == []
+    async with fusee.Engine.open(tmp_path, workflows=[limited, plain], limits=[fusee.Limit("svc", concurrency=2)]) as engine:
+        # The run asks for its permits again (before the fix it stayed parked for good).
+        await wait_until(lambda: engine.limits()["svc"].waiting + engine.limits()["svc"].in_use > 0)
         assert await engine.get("r").result() == ["t0", "t1", "t2"]
         assert RUNNING["most"] == 2
