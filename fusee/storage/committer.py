@@ -120,9 +120,6 @@ class GroupCommitter:
         # is their median (a simulated clock keeps a seed's decisions the same).
         self._took: collections.deque[float] = collections.deque(maxlen=64)
         self._launched_at = 0.0
-        # When producers last became outstanding with none before (or a flush last began
-        # while they were): a record never waits for them longer than ``hold_s``.
-        self._producing_since = 0.0
         # A hold ran out with producers still out: they are slow, so do not hold for them
         # again until one lands (a step running for minutes must not cost every flush a hold).
         self._hold_futile = False
@@ -136,8 +133,6 @@ class GroupCommitter:
     def expect(self, count: int = 1) -> None:
         """``count`` producers are outstanding: each will append a record soon (see ``landed``)."""
         if not sabotage.active.flush_before_producers:
-            if not self.producers:
-                self._producing_since = self._clock()
             self.producers += count
 
     def landed(self) -> None:
@@ -152,12 +147,6 @@ class GroupCommitter:
                 # Everyone the held flush waited for has come: start it once this callback is done.
                 self._end_hold()
                 self._schedule_start()
-        elif (self._inflight is None and self._clock() - self._producing_since > self.hold_s
-              and not self._closed and self.log.failed is None and self.log.has_pending()):
-            # Producers keep coming (many runs' steps in one turn of the loop): what they
-            # appended so far goes to the disk now, while the rest still run.
-            self._producing_since = self._clock()
-            self._launch()
 
     def append(self, shard: int, data: bytes | bytearray | memoryview) -> int:
         """Appends a record (no I/O) and returns its LSN; call ``wait_durable`` or ``request_flush`` to get it on disk."""
