@@ -142,11 +142,10 @@ class GroupCommitter:
         self.producers -= 1
         assert self.producers >= 0, "a producer landed that nobody expected"
         self._hold_futile = False
-        if self.producers == 0:
-            if self._hold_cancel is not None:
-                # Everyone the held flush waited for has come: start it once this callback is done.
-                self._end_hold()
-                self._schedule_start()
+        if self.producers == 0 and self._hold_cancel is not None:
+            # Everyone the held flush waited for has come: start it once this callback is done.
+            self._end_hold()
+            self._schedule_start()
 
     def append(self, shard: int, data: bytes | bytearray | memoryview) -> int:
         """Appends a record (no I/O) and returns its LSN; call ``wait_durable`` or ``request_flush`` to get it on disk."""
