@@ -41,7 +41,7 @@ from typing import Any
 import fusee
 from fusee.errors import NotFound
 from fusee.sim.env import SimEnv
-from fusee.sim.loop import SimLoop
+from fusee.sim.loop import SimLoop, run_within
 from fusee.sim.scaleout import ScaleFailure, seeds_main, trace_hash
 from fusee.storage.simdisk import SimDisk
 
@@ -157,17 +157,10 @@ class GroupingWorld:
         return loop, engine
 
     def _drive(self, loop: SimLoop, aw: Awaitable[Any], what: str) -> Any:
-        async def run() -> Any:
-            return await aw
-
-        task = loop.create_task(run())
-        task.add_done_callback(lambda _: loop.stop())
-        deadline = loop.now + _HANG_S
-        while not task.done():
-            if loop.now >= deadline:
-                raise self.fail(f"{what} did not finish within {_HANG_S:.0f} simulated seconds"
-                                + (f" ({self.idle_violation})" if self.idle_violation else ""))
-            loop.run_until(deadline)
+        task = run_within(loop, aw, _HANG_S)
+        if not task.done():
+            raise self.fail(f"{what} did not finish within {_HANG_S:.0f} simulated seconds"
+                            + (f" ({self.idle_violation})" if self.idle_violation else ""))
         self.t = loop.now
         if self.idle_violation is not None:
             raise self.fail(self.idle_violation)

@@ -13,7 +13,7 @@ import asyncio
 import heapq
 import itertools
 from asyncio import events
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from contextvars import Context
 from typing import Any, TypeVar
 
@@ -247,3 +247,16 @@ def _task_order(task: asyncio.Task[Any]) -> tuple[int, str]:
     if prefix == "Task" and number.isdigit():
         return (int(number), name)
     return (-1, name)
+
+
+def run_within(loop: SimLoop, aw: Awaitable[Any], seconds: float) -> asyncio.Task[Any]:
+    """Runs ``aw`` on ``loop`` until it is done or ``seconds`` of virtual time passed; its task."""
+    async def run() -> Any:
+        return await aw
+
+    task = loop.create_task(run())
+    task.add_done_callback(lambda _: loop.stop())
+    deadline = loop.now + seconds
+    while not task.done() and loop.now < deadline:
+        loop.run_until(deadline)
+    return task

@@ -38,7 +38,7 @@ from fusee import codec
 from fusee.errors import DirectoryLocked, FuseeError, NotFound
 from fusee.scale.server import dispatch
 from fusee.sim.env import SimEnv
-from fusee.sim.loop import SimLoop
+from fusee.sim.loop import SimLoop, run_within
 from fusee.storage.directory import bump_epoch, read_epoch
 from fusee.storage.simdisk import SimDisk
 
@@ -160,16 +160,9 @@ class ScaleWorld:
         return ScaleFailure(self.seed, message, self.trace)
 
     def _drive(self, loop: SimLoop, aw: Awaitable[Any], what: str) -> Any:
-        async def run() -> Any:
-            return await aw
-
-        task = loop.create_task(run())
-        task.add_done_callback(lambda _: loop.stop())
-        deadline = loop.now + _HANG_S
-        while not task.done():
-            if loop.now >= deadline:
-                raise self.fail(f"{what} did not finish within {_HANG_S:.0f} simulated seconds")
-            loop.run_until(deadline)
+        task = run_within(loop, aw, _HANG_S)
+        if not task.done():
+            raise self.fail(f"{what} did not finish within {_HANG_S:.0f} simulated seconds")
         return task.result()
 
     def run(self) -> ScaleResult:

@@ -30,7 +30,7 @@ from fusee.sim import checkers, flowjobs, workload
 from fusee.sim.checkers import Observed, Outcome, RunView, Snapshot
 from fusee.sim.config import SimConfig
 from fusee.sim.env import SimEnv
-from fusee.sim.loop import SimDeadlock, SimLoop
+from fusee.sim.loop import SimDeadlock, SimLoop, run_within
 from fusee.sim.plan import (
     FLOW_ACTIONS,
     Action,
@@ -479,9 +479,7 @@ class World:
             finally:
                 await view.close()
 
-        task = view_loop.create_task(look())
-        task.add_done_callback(lambda _: view_loop.stop())
-        view_loop.run_until(view_loop.now + 60.0)
+        task = run_within(view_loop, look(), 60.0)
         try:
             return task.result() if task.done() else {"(view)": "the read-only open did not finish"}
         finally:
