@@ -41,7 +41,7 @@ from fusee.runtime.index import AttributeIndex
 from fusee.runtime.outcomes import workflow_error
 from fusee.runtime.run import Run, StepCall
 from fusee.runtime.sealing import Sealer
-from fusee.runtime.snapshot import unpack
+from fusee.runtime.snapshot import first_record, unpack
 from fusee.runtime.steps import StepRunner
 from fusee.runtime.table import WorkflowState, dedup_key, shard_of
 from fusee.runtime.telemetry import TelemetryHooks
@@ -608,8 +608,10 @@ class Runtime:
         st = self.wf.get(wid)
         if st is None:
             return None
-        journal = self.journal_of(st)[0]
-        start = journal[0] if journal else None
+        if st.packed is not None:
+            start = first_record(st.packed, self.sealer)
+        else:
+            start = st.journal[0] if st.journal else None
         return start.trace if isinstance(start, rec.Start) else None
 
     def _reset_from(self, ref: rec.ParentRef, old_run: int) -> bool:

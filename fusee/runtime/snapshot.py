@@ -23,6 +23,17 @@ def unpack(packed: bytes, sealer: Sealer) -> tuple[list[rec.Record], list[int]]:
     return [dec(data) for _, data in items], [lsn for lsn, _ in items]
 
 
+def first_record(packed: bytes, sealer: Sealer) -> rec.Record | None:
+    """The first record of a packed journal (None if it is empty), without decoding the rest.
+
+    A parent with thousands of children is asked for its Start at every child start.
+    """
+    items = msgspec.msgpack.decode(packed, type=list[tuple[int, msgspec.Raw]])
+    if not items:
+        return None
+    return sealer.decode(msgspec.msgpack.decode(items[0][1], type=bytes))
+
+
 class CheckpointEntry(msgspec.Struct, array_like=True, gc=False):
     """One workflow in a checkpoint."""
 

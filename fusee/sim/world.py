@@ -48,6 +48,10 @@ from fusee.sim.report import Report
 from fusee.storage.log import SharedLog
 from fusee.storage.simdisk import SimDisk
 
+#: Restarts in a row without progress after which a seed fails as a livelock (see
+#: ``World._check_restart_progress``): far more than a fault rate of a few per mille causes.
+MAX_STALLED_RESTARTS = 50
+
 #: Where the engine's directory lives on the simulated disk.
 DATA_DIR = "/sim/data"
 #: Longest a recovery or a snapshot may take in virtual seconds before it counts as hung.
@@ -173,6 +177,10 @@ class World:
         self.closing = False
         #: Lives that ended in a crash (or a supervisor restart), not a graceful close.
         self.crashed_lives: set[int] = set()
+        #: Restarts after a failed log in a row with no record made durable, and the durable
+        #: positions they all stopped at (see ``_check_restart_progress``).
+        self.stalled_restarts = 0
+        self._stalled_at: list[int] | None = None
         #: Client attempts in flight per action, and actions an attempt of which may have been applied.
         self.inflight: dict[int, int] = {}
         self.maybe_applied: set[int] = set()
@@ -408,6 +416,7 @@ class World:
         if kind == _RESTART:
             self.report.restarts += 1
             self.log("restart: the supervisor kills the process after its log failed")
+            self._check_restart_progress()
         else:
             self.report.crashes += 1
         due = self._due_at_crash(kind)
@@ -437,6 +446,27 @@ class World:
         bound = self.cfg.durable_within_ms
         self._after_recovery(lambda snap: checkers.check_durable(
             due, snap, f"more than {bound:.1f} ms before the crash at {self.t * 1000:.3f} ms"))
+
+    def _check_restart_progress(self) -> None:
+        """Fails the seed when lives keep dying of a failed log without one more durable record.
+
+        A life whose recovery needs more syncs than the disk's fault rate lets through
+        makes no progress, and the world would restart it forever (seed 655).
+        """
+        engine = self.engine
+        if engine is None:
+            return
+        log = engine._log
+        at = [log.durable(s) for s in range(log.shards)]
+        if at != self._stalled_at:
+            self._stalled_at, self.stalled_restarts = at, 0
+            return
+        self.stalled_restarts += 1
+        if self.stalled_restarts >= MAX_STALLED_RESTARTS:
+            raise self.fail(
+                f"livelock: {self.stalled_restarts} restarts in a row after a failed log made no record "
+                f"durable (stuck at {at}); each life's work needs more syncs than the fault rate "
+                f"(flush_fail={self.cfg.flush_fail_per_mille}/1000) lets through")
 
     def _live_read(self) -> None:
         """An operator reads the directory (``fusee runs DIR``) while the engine has it open."""

@@ -265,3 +265,13 @@ def test_a_finished_seed_frees_its_crashed_lives() -> None:
     run_seed(seed + 1)  # the newest simulated loop stays the thread's current loop
     gc.collect()
     assert ref() is None, "a finished seed's world is still alive after a crash"
+
+
+def test_a_seed_whose_lives_livelock_fails_instead_of_hanging() -> None:
+    # Seed 655: a schedule's burst of child starts needs ~550 blob syncs per life, at
+    # 1% failure each; every life died before one more record was durable, forever.
+    from fusee.sim import SimFailure
+    from fusee.sim.world import run_seed
+
+    with pytest.raises(SimFailure, match=r"seed 655 failed: livelock: 50 restarts in a row after a failed log"):
+        run_seed(655)
