@@ -210,6 +210,13 @@ def _refuse_non_finite(value: object) -> None:
 
 _default = Codec()
 
+#: Decoders of the exact types, for the hot path of step results (``decode_exact``).
+EXACT_DECODERS: dict[object, Callable[[bytes], Any]] = {
+    t: msgspec.json.Decoder(type=t).decode for t in (int, str, bool)
+}
+#: What an exact decoder raises for bytes of another type (call :func:`decode` then, for the message).
+ExactDecodeError = msgspec.DecodeError
+
 
 def encode(value: object) -> bytes:
     """The JSON bytes of ``value``; raises SerializationError naming an unsupported type."""
@@ -410,6 +417,11 @@ def encode_step_result(op: Any, value: object) -> bytes:
     ``op`` has the step's ``name`` and its ``type`` (``result_type=``, else the
     function's return annotation, else ``Any``); see :func:`convert`.
     """
+    tp = getattr(op, "type", Any)
+    t = type(value)
+    if t in _EXACT and (tp is t or tp is Any):
+        # str, int and bool are JSON exactly and decode to themselves: nothing to check.
+        return _default._encoder.encode(value)
     name = getattr(op, "name", "")
     return convert(
         value,

@@ -19,7 +19,7 @@ from __future__ import annotations
 import enum
 from collections import deque
 from collections.abc import Callable, Container, Sequence
-from typing import Final, Literal, NamedTuple
+from typing import Final, Literal
 
 import msgspec
 
@@ -126,7 +126,7 @@ IDLE: Final = Marker.IDLE
 # --- what the machine tells the host ----------------------------------------
 
 
-class StepRun(NamedTuple):
+class StepRun(msgspec.Struct, frozen=True, gc=False):
     """Run the function once the log is durable through the gate and the clock
     reached ``not_before_ms`` (``PAUSED``: wait for a resume instead).
 
@@ -137,26 +137,26 @@ class StepRun(NamedTuple):
     not_before_ms: int
 
 
-class AwaitWaiting(NamedTuple):
+class AwaitWaiting(msgspec.Struct, frozen=True, gc=False):
     """The token of ``attempt`` is out already: wait for its completion."""
 
     attempt: int
 
 
-class Append(NamedTuple):
+class Append(msgspec.Struct, frozen=True, gc=False):
     """Append ``record``; the shard arms the timer, wait or child from it."""
 
     record: Record
 
 
-class Outcome(NamedTuple):
+class Outcome(msgspec.Struct, frozen=True, gc=False):
     """What an operation resolves to."""
 
     status: Status
     payload: bytes
 
 
-class StreamOpen(NamedTuple):
+class StreamOpen(msgspec.Struct, frozen=True, gc=False):
     """What :meth:`RunMachine.stream_open` tells the writer."""
 
     #: Chunks earlier attempts of the opening step recorded (0 for workflow

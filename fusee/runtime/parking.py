@@ -25,6 +25,8 @@ if TYPE_CHECKING:
 
 
 class _PermitWaits(Protocol):
+    limited: bool  # a limited step ever ran (else none waits for a permit)
+
     def waits_for_permit(self, run: Run, seq: int) -> bool: ...
 
 
@@ -61,7 +63,12 @@ class ParkingHost(Protocol):
 
 def permit_waits(rt: ParkingHost, run: Run) -> list[int]:
     """The run's steps that wait only for a limit's permit (they hold nothing: it may park)."""
-    return [seq for seq in run.steps if rt.steps.waits_for_permit(run, seq)] if run.steps else []
+    if not run.steps or not rt.steps.limited:
+        return _NO_STEPS
+    return [seq for seq in run.steps if rt.steps.waits_for_permit(run, seq)]
+
+
+_NO_STEPS: list[int] = []
 
 
 def after_pump(rt: ParkingHost, run: Run) -> None:

@@ -57,8 +57,25 @@ _CLOSE_POLICIES = {
 }
 
 
-class StepCall:
-    """A live step's function and options, kept while it may still run (or resume)."""
+class Op:
+    """A pending operation's future and how to turn its outcome into a value."""
+
+    __slots__ = ("fut", "kind", "name", "type")
+
+    def __init__(self, fut: asyncio.Future[Any], kind: int, name: str, type: Any) -> None:
+        self.fut = fut
+        self.kind = kind
+        self.name = name
+        self.type = type
+
+
+class StepCall(Op):
+    """A live step: one object from ``ctx.step`` to its durable result.
+
+    It is the run's pending operation (its future, name and result type, as
+    every ``Op``) and carries the function, its options and its attempt state
+    through the step runner, kept while the step may still run (or resume).
+    """
 
     __slots__ = (
         "attempt",
@@ -69,7 +86,6 @@ class StepCall:
         "is_await",
         "last_error",
         "limit",
-        "name",
         "not_before",
         "read_only",
         "retry",
@@ -88,7 +104,13 @@ class StepCall:
         not_before: int,
         gate: int,
         described: tuple[bool, bool, Any] | None = None,
+        fut: asyncio.Future[Any] | None = None,
+        kind: int = STEP,
+        type: Any = Any,
     ) -> None:
+        self.fut = fut  # type: ignore[assignment]  # None only for a call no code awaits (tests)
+        self.kind = kind
+        self.type = type
         self.name = name
         self.fn = fn
         self.retry = retry
@@ -106,18 +128,6 @@ class StepCall:
         #: An attempt that reports no heartbeat for this long fails (None: no limit).
         self.heartbeat_s: float | None = None
         self.takes_info, self.is_async, _ = described if described is not None else describe_fn(fn)
-
-
-class Op:
-    """A pending operation's future and how to turn its outcome into a value."""
-
-    __slots__ = ("fut", "kind", "name", "type")
-
-    def __init__(self, fut: asyncio.Future[Any], kind: int, name: str, type: Any) -> None:
-        self.fut = fut
-        self.kind = kind
-        self.name = name
-        self.type = type
 
 
 class RunHost(Protocol):
@@ -436,6 +446,13 @@ class Run:
         try:
             if kind == STEP:
                 if status == rec.Status.OK:
+                    exact = codec.EXACT_DECODERS.get(op.type) if type(op.type) is type else None
+                    if exact is not None:
+                        try:
+                            fut.set_result(exact(outcome.payload))
+                            return
+                        except codec.ExactDecodeError:
+                            pass  # the slow path below says why, as SerializationError
                     fut.set_result(codec.decode(outcome.payload, op.type))
                 else:
                     fut.set_exception(codec.decode_error(outcome.payload).step_failed(op.name))
@@ -601,8 +618,9 @@ class Run:
         self, seq: int, start: jm.StepRun, name: str, fn: Callable[..., Any], retry: Retry | None,
         timeout: Any, read_only: bool, heartbeat_timeout: Any = None, is_await: bool = False,
         described: tuple[bool, bool, Any] | None = None, limit: Any = None,
+        fut: asyncio.Future[Any] | None = None, kind: int = STEP, type: Any = Any,
     ) -> None:
-        """Hands a live step's (or a completion token's) function to the step runner."""
+        """Hands a live step's (or a completion token's) function to the step runner: its one object."""
         call = StepCall(
             name,
             fn,
@@ -613,12 +631,17 @@ class Run:
             start.not_before_ms,
             self.machine.gate,
             described,
+            fut,
+            kind,
+            type,
         )
         call.is_await = is_await
         call.limit = limit
         if heartbeat_timeout is not None:
             call.heartbeat_s = to_ms(heartbeat_timeout) / 1000
         self.steps[seq] = call
+        if fut is not None:
+            self.ops[seq] = call
         self.rt.run_step(self, seq, call)
 
     def op_step(
@@ -632,8 +655,10 @@ class Run:
         heartbeat_timeout: Any = None,
         limit: Any = None,
     ) -> asyncio.Future[Any]:
-        self._check()
-        self._check_step_args("step", name, fn, retry)
+        if self.dead or self.finished or asyncio.events._get_running_loop() is not self.loop:
+            self._check()
+        if type(name) is not str or not name or not callable(fn) or (retry is not None and not isinstance(retry, Retry)):
+            self._check_step_args("step", name, fn, retry)
         if timeout is not None:
             to_ms(timeout)  # a bad duration fails here, before the journal moves
         try:
@@ -641,11 +666,14 @@ class Run:
         except DeterminismError as e:
             raise self._determinism(e) from None
         described = describe_fn(fn)
-        fut = self._new_op(seq, STEP, name, described[2] if result_type is None else result_type)
-        if start is not jm.REPLAY:
-            assert isinstance(start, jm.StepRun)
-            self._run_live(seq, start, name, fn, retry, timeout, read_only, heartbeat_timeout,
-                           described=described, limit=limit)
+        fut = self.loop.create_future()
+        tp = described[2] if result_type is None else result_type
+        if start is jm.REPLAY:
+            self.ops[seq] = Op(fut, STEP, name, tp)
+            return fut
+        assert isinstance(start, jm.StepRun)
+        self._run_live(seq, start, name, fn, retry, timeout, read_only, heartbeat_timeout,
+                       described=described, limit=limit, fut=fut, kind=STEP, type=tp)
         return fut
 
     def op_await(
@@ -664,10 +692,13 @@ class Run:
             seq, start = self.machine.begin_await(name)
         except DeterminismError as e:
             raise self._determinism(e) from None
-        fut = self._new_op(seq, AWAIT, name, Any if result_type is None else result_type)
+        fut = self.loop.create_future()
+        tp = Any if result_type is None else result_type
         if isinstance(start, jm.StepRun):
             # The token is not out yet: its function runs like a step's.
-            self._run_live(seq, start, name, fn, retry, timeout, False, is_await=True)
+            self._run_live(seq, start, name, fn, retry, timeout, False, is_await=True, fut=fut, kind=AWAIT, type=tp)
+        else:
+            self.ops[seq] = Op(fut, AWAIT, name, tp)
         return fut
 
     def op_sleep(self, name: str, duration: Any) -> asyncio.Future[Any]:

@@ -24,6 +24,7 @@ import contextvars
 import inspect
 import logging
 from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from fusee import codec, sabotage
@@ -112,7 +113,7 @@ class StepRunner:
         #: Where synchronous step functions run (the loop's thread or the pool).
         self.sync_policy = SyncStepPolicy(rt.env.inline_sync_steps, rt.env.monotonic)
         #: Whether any limited step ever ran (settling then gives its permit back).
-        self._limited = False
+        self.limited = False
         #: Spans and metrics of attempts (set by ``Runtime.use_telemetry``); None: off.
         self.telemetry: TelemetryHooks | None = None
 
@@ -201,7 +202,7 @@ class StepRunner:
             return False  # one execution of a step at a time
         if run.cancel_pending and not sabotage.active.step_after_cancel:
             return False
-        return self._lease_held()
+        return self.rt.log.may_act() or self._lease_held()
 
     def _lease_held(self) -> bool:
         """Whether the engine may act now (its lease, if it expires, is still its own by its clock);
@@ -225,7 +226,7 @@ class StepRunner:
         if run.executing.pop(seq, ...) is ...:
             return
         self.executing -= 1
-        if self._limited:
+        if self.limited:
             self.rt.limiter.release((run, seq))
         if self.telemetry is not None:
             self.telemetry.step_end(run, seq, "abandoned", None)  # unless its outcome came first
@@ -266,9 +267,14 @@ class StepRunner:
             # back for as long as this function runs. After the pump, then.
             self.rt.loop.call_soon(self._start_step, run, seq, call)
             return
-        args = self._step_args(run, seq, call, call.attempt)
-        self._begin(run, seq, None)
-        entered = CURRENT_STEP.set(self._info_maker(run, seq, call, call.attempt))
+        args = (self._info(run, seq, call, call.attempt),) if call.takes_info else ()
+        run.executing[seq] = None
+        self.executing += 1
+        if self.telemetry is not None:
+            self.telemetry.step_begin(run, seq)
+        if self.started is not None:
+            self.started.append((run.workflow_id, seq))
+        entered = CURRENT_STEP.set(partial(self._info, run, seq, call, call.attempt))
         # The attempt's span is the function's current trace context (its tasks and thread inherit it).
         traced = self.telemetry.enter_step(run, seq) if self.telemetry is not None else None
         try:
@@ -323,7 +329,7 @@ class StepRunner:
 
     async def _permit(self, run: Run, seq: int, call: StepCall) -> bool:
         """Waits for the step's permit (fusee.limits); False if the step may no longer start."""
-        self._limited = True
+        self.limited = True
         limiter = self.rt.limiter
         ident = (run.workflow_id, run.run_id, seq)
         if not await limiter.acquire((run, seq), ident, call.limit, lambda: self.may_start(run, seq),
@@ -336,10 +342,10 @@ class StepRunner:
 
     def waits_for_permit(self, run: Run, seq: int) -> bool:
         """Step ``seq`` waits only for a limit's permit (its run may be parked meanwhile)."""
-        return self._limited and seq not in run.executing and self.rt.limiter.waits((run, seq))
+        return self.limited and seq not in run.executing and self.rt.limiter.waits((run, seq))
 
     def _info_maker(self, run: Run, seq: int, call: StepCall, attempt: int) -> Callable[[], StepInfo]:
-        return lambda: self._info(run, seq, call, attempt)
+        return partial(self._info, run, seq, call, attempt)
 
     def _carry(self, run: Run, seq: int, call: StepCall, awaitable: Any) -> None:
         """Hands a suspended async execution to a task, which a cancel of the run may interrupt."""

@@ -50,6 +50,26 @@ def _refuse(name: str, hint: str = "") -> Any:
     return refused
 
 
+class _Handle(asyncio.Handle):
+    """An asyncio Handle made without asking the loop for its debug mode (it has none)."""
+
+    __slots__ = ()
+    # Handle's own attributes, which typeshed does not declare.
+    _context: contextvars.Context
+    _callback: Callable[..., object]
+    _args: tuple[Any, ...]
+
+    def __init__(self, callback: Callable[..., object], args: tuple[Any, ...], loop: asyncio.AbstractEventLoop,
+                 context: contextvars.Context | None) -> None:
+        self._context = context if context is not None else contextvars.copy_context()
+        self._loop = loop
+        self._callback = callback
+        self._args = args
+        self._cancelled = False
+        self._repr = None
+        self._source_traceback = None
+
+
 class WorkflowLoop(asyncio.AbstractEventLoop):
     """A deterministic event loop for one workflow run.
 
@@ -71,7 +91,7 @@ class WorkflowLoop(asyncio.AbstractEventLoop):
         #: Context dicts passed to ``call_exception_handler`` (the asyncio
         #: format: ``message``, ``exception``, ``task``/``future``/``handle``).
         self.unhandled: list[dict[str, Any]] = []
-        self._ready: deque[asyncio.Handle] = deque()
+        self._ready: deque[_Handle] = deque()
         self._running = False
         self._closed = False
         # Tasks in creation order (strongly held so pending ones are never
@@ -123,8 +143,16 @@ class WorkflowLoop(asyncio.AbstractEventLoop):
                 handle = ready.popleft()
                 if handle._cancelled:
                     continue
-                handle._run()
                 ran += 1
+                # What Handle._run does, without its frame: this loop runs for every resumption.
+                try:
+                    handle._context.run(handle._callback, *handle._args)
+                except (SystemExit, KeyboardInterrupt):
+                    raise
+                except BaseException as exc:
+                    self.call_exception_handler(
+                        {"message": f"Exception in callback {handle._callback!r}", "exception": exc, "handle": handle}
+                    )
         finally:
             self._running = False
             sys.set_asyncgen_hooks(*hooks)
@@ -188,7 +216,7 @@ class WorkflowLoop(asyncio.AbstractEventLoop):
         """Queues ``callback(*args)`` to run in the next drain, after everything queued before."""
         if self._closed:
             raise RuntimeError(f"{self!r}: the workflow loop is closed")
-        handle = asyncio.Handle(callback, args, self, context)
+        handle = _Handle(callback, args, self, context)
         self._ready.append(handle)
         return handle
 
