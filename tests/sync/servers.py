@@ -15,6 +15,14 @@ from pathlib import Path
 import httpx
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+def _own_control_socket() -> list[str]:
+    # gunicorn 25+ listens on a control socket in the user's home by default: shared by every
+    # server of the user, so concurrent test servers would meet there. They need none.
+    from gunicorn.config import KNOWN_SETTINGS
+
+    return ["--no-control-socket"] if any(s.name == "no_control_socket" for s in KNOWN_SETTINGS) else []
 LISTENING = re.compile(r"Listening at: http://127\.0\.0\.1:(\d+)")
 
 
@@ -57,7 +65,7 @@ def gunicorn(app: str, d: Path, *args: str, workers: int = 2) -> Iterator[Server
     with open(log, "wb") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "gunicorn", "-k", "sync", "-w", str(workers), "-b", "127.0.0.1:0",
-             "--timeout", "120", "--graceful-timeout", "30", *args, app],
+             "--timeout", "120", "--graceful-timeout", "30", *_own_control_socket(), *args, app],
             stdout=out, stderr=subprocess.STDOUT, env=env, cwd=ROOT, start_new_session=True,
         )
     server: Server | None = None
