@@ -305,7 +305,7 @@ class SyncEngine:
                 f"this SyncEngine was opened in process {self._pid} and called in process {os.getpid()}, "
                 "a child forked from it: its loop thread and directory lock stay with the parent. "
                 "Open the engine in each worker after the fork (gunicorn: drop --preload, or open it "
-                "in a post_fork hook), not in the parent"
+                "in a post_fork hook or lazily at first use), not in the parent; see docs/hosts.md"
             )
         if self._thread_error is not None:
             raise EngineClosed(
