@@ -502,6 +502,7 @@ def render(results: dict[str, dict[str, Any]], env: dict[str, str], sizes: str,
     lines += render_hot_path(results, floor)
     lines += render_cpython_share(results)
     lines += render_concurrent_chains(results)
+    lines += render_sync_hosts(results)
     lines += render_scale(results)
     failures = [(s, w, r["error"]) for s, ws in results.items() for w, r in ws.items()
                 if "error" in r]
@@ -547,6 +548,25 @@ def render_concurrent_chains(results: dict[str, dict[str, Any]]) -> list[str]:
                      f"| {r['step_p99_us'] / r['step_p50_us']:.2f} | {r['steps_per_s']:,.0f} "
                      f"| {r['cpu_us_per_step']:.1f} | {r['records_per_flush']:.2f} "
                      f"| {r['steps_per_s'] / bound * 100 if bound else 0:.0f} % |")
+    return lines
+
+
+def render_sync_hosts(results: dict[str, dict[str, Any]]) -> list[str]:
+    """Start + result from a synchronous thread (issue 27, ``sync_hosts.py``): SyncEngine vs the async call."""
+    sh = results.get("fusee", {}).get("sync_hosts", {})
+    if "rows" not in sh:
+        return []
+    lines = ["", "## Start + result from a synchronous thread", "",
+             "N callers each doing sequential `start` + `result` of a one-step workflow on one directory "
+             "(`bench/sync_hosts.py`, default options): N asyncio tasks awaiting `fusee.Engine`, against N "
+             "plain threads calling `fusee.SyncEngine` (each call handed to the engine's loop thread, as "
+             "from a Flask or Django view).", "",
+             "| callers | async p50 / p99 (µs) | sync thread p50 / p99 (µs) | sync ÷ async p50 / p99 |",
+             "|---|---|---|---|"]
+    for r in sh["rows"]:
+        lines.append(f"| {r['callers']} | {r['async_p50_us']:,.0f} / {r['async_p99_us']:,.0f} "
+                     f"| {r['sync_p50_us']:,.0f} / {r['sync_p99_us']:,.0f} "
+                     f"| {r['p50_ratio']:.2f} / {r['p99_ratio']:.2f} |")
     return lines
 
 
@@ -780,6 +800,10 @@ def _run_everything(args: argparse.Namespace, session: Path, size_flags: list[st
     collect("fusee", run_script([sys.executable, str(here / "concurrent_chains.py"),
                                  *(["--steps", "60", "--rounds", "1"] if args.quick else [])],
                                 "fusee concurrent chains", args.timeout), "concurrent_chains")
+
+    # Synchronous hosts (issue 27): start + result from plain threads through SyncEngine.
+    collect("fusee", run_script([sys.executable, str(here / "sync_hosts.py"), *quick],
+                                "fusee sync hosts", args.timeout), "sync_hosts")
 
     # Telemetry's cost: CPU per step off (vs the code before its hooks) and on.
     collect("fusee", run_script([sys.executable, str(here / "telemetry_cost.py"), "--json", *quick],

@@ -228,3 +228,15 @@ def test_concurrent_chains_script_quick(tmp_path: Path) -> None:
     assert list(tmp_path.iterdir()) == []  # the data directories were removed
     section = "\n".join(run_all.render_concurrent_chains({"fusee": {"concurrent_chains": result}}))
     assert "## N concurrent chains in one engine" in section and "| 4 |" in section
+
+
+def test_sync_hosts_script_quick(tmp_path: Path) -> None:
+    (result,) = _run(str(BENCH / "sync_hosts.py"), "--quick", "--threads", "1,4", scratch=tmp_path)
+    assert result["workload"] == "sync_hosts"
+    assert [r["callers"] for r in result["rows"]] == [1, 4]
+    for r in result["rows"]:
+        assert 0 < r["async_p50_us"] <= r["async_p99_us"] and 0 < r["sync_p50_us"] <= r["sync_p99_us"]
+        assert r["p50_ratio"] == r["sync_p50_us"] / r["async_p50_us"]
+    assert list(tmp_path.iterdir()) == []  # the data directories were removed
+    section = "\n".join(run_all.render_sync_hosts({"fusee": {"sync_hosts": result}}))
+    assert "## Start + result from a synchronous thread" in section and "| 4 |" in section

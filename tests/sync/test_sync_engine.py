@@ -237,3 +237,27 @@ def test_a_failure_of_the_loop_thread_is_raised_not_lost(tmp_path: Path) -> None
     with pytest.raises(fusee.EngineClosed, match="interrupted") as got:
         engine.close()
     assert isinstance(got.value.__cause__, KeyboardInterrupt)
+
+
+def test_a_forked_child_does_not_keep_the_directory_lock(tmp_path: Path) -> None:
+    # A fork copies the lock's descriptor: a long-lived child (a gunicorn --preload worker, a
+    # Celery prefork process) must not hold the directory once the parent closed or died.
+    engine = fusee.SyncEngine.open(tmp_path, workflows=WORKFLOWS)
+    engine.start(adder, "a", 1)
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child lives on until the parent has reopened the directory
+        os.close(w)
+        os.read(r, 1)
+        os._exit(0)
+    os.close(r)
+    try:
+        engine.close()
+        with fusee.SyncEngine.open(tmp_path, workflows=WORKFLOWS, exclusive=True) as again:
+            assert again.is_owner
+            again.signal("a", go, 5)
+            assert again.get("a").result(timeout=60) == 10
+    finally:
+        os.write(w, b"x")
+        os.close(w)
+        os.waitpid(pid, 0)
