@@ -327,6 +327,12 @@ class RootedPosixStorage(PosixStorage):
                     "deleted and another directory (a copy, say) was put in its place")
         return None
 
+    def duplicate(self) -> RootedPosixStorage:
+        """A second rooted storage on the same opened directory, released on its own (a reader on
+        another thread keeps its own descriptor: none is closed or reused under it)."""
+        assert self._fd is not None, f"the rooted storage of {self.path} was released"
+        return RootedPosixStorage(self.path, os.dup(self._fd), owns=True)
+
     def release(self) -> None:
         fd, self._fd = self._fd, None
         if fd is not None and self._owns:
