@@ -1,0 +1,95 @@
+"""Issue 28: ``Engine.open(backup=...)`` in process: what it refuses, encryption at rest in the
+target, and a target that fails without holding the engine back."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+import fusee
+import fusee.backup as fb
+from fusee.errors import BackupUnavailable, MissingKey
+from tests.helpers import until
+
+KEY = bytes(range(32))
+SECRET = "the-plaintext-payload-" * 4
+
+
+@fusee.workflow("echo")
+async def echo(ctx: fusee.Ctx, text: str) -> str:
+    return await ctx.step("copy", lambda: text.upper())  # type: ignore[no-any-return]
+
+
+async def test_backup_needs_a_directory_opened_to_write(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="in memory"):
+        await fusee.Engine.open(None, backup=fusee.Backup(tmp_path / "t"))
+    async with fusee.Engine.open(tmp_path / "d"):
+        pass
+    with pytest.raises(ValueError, match="read-only"):
+        await fusee.Engine.open(tmp_path / "d", read_only=True, backup=fusee.Backup(tmp_path / "t"))
+    with pytest.raises(TypeError, match=r"fusee\.Backup"):
+        await fusee.Engine.open(tmp_path / "d", backup=str(tmp_path / "t"))  # type: ignore[arg-type]
+    with pytest.raises(BackupUnavailable, match="only local directories and s3://"):
+        fusee.Backup("ftp://host/x")
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(BackupUnavailable, match="is a file"):
+        fusee.Backup(tmp_path / "file")
+    with pytest.raises(ValueError, match="interval"):
+        fusee.Backup(tmp_path / "t", interval=0)
+
+
+async def test_uploads_stay_encrypted_and_a_restore_needs_the_keys(tmp_path: Path) -> None:
+    codec = fusee.AesGcmCodec({"k1": KEY}, current="k1")
+    target = tmp_path / "target"
+    async with fusee.Engine.open(tmp_path / "data", workflows=[echo], codec=codec,
+                                 backup=fusee.Backup(target, interval=0.05)) as engine:
+        assert await (await engine.start(echo, "e1", SECRET)).result() == SECRET.upper()
+    stored = b"".join(p.read_bytes() for p in target.rglob("*") if p.is_file())
+    assert b"e1" in stored  # IDs stay readable, as on disk
+    assert SECRET.encode() not in stored and SECRET.upper().encode() not in stored
+
+    fb.restore(target, tmp_path / "restored")
+    async with fusee.Engine.open(tmp_path / "restored", workflows=[echo], codec=codec) as engine:
+        assert await engine.get("e1").result() == SECRET.upper()
+    with pytest.raises(MissingKey):
+        async with fusee.Engine.open(tmp_path / "restored", workflows=[echo]) as engine:
+            await engine.get("e1").result()
+
+
+class Refusing:
+    """A target whose uploads all fail (a store that is down)."""
+
+    name = "refusing"
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def put(self, key: str, data: bytes) -> None:
+        self.calls += 1
+        raise OSError("the store is down")
+
+    def get(self, key: str) -> bytes:
+        raise FileNotFoundError(key)
+
+    def exists(self, key: str) -> bool:
+        return False
+
+    def list(self, prefix: str) -> list[str]:
+        return []
+
+
+async def test_a_failing_target_is_reported_and_never_holds_the_engine_back(tmp_path: Path) -> None:
+    target = Refusing()
+    async with fusee.Engine.open(tmp_path / "data", workflows=[echo],
+                                 backup=fusee.Backup(target, interval=0.01, retry_max=0.02,
+                                                     close_timeout=5)) as engine:
+        for i in range(20):
+            assert await (await engine.start(echo, f"e{i}", "x")).result() == "X"
+        await until(lambda: (s := engine.metrics().backup) is not None and s.failures >= 3)
+        status = engine.metrics().backup
+        assert status is not None and status.position == 0 and status.points == 0
+        assert status.last_error == "OSError: the store is down" and status.lag_s > 0
+    assert target.calls >= 3
+    assert os.listdir(tmp_path / "data")
