@@ -31,6 +31,8 @@ from fusee.storage.simdisk import SimDisk
 
 SHARDS = 2
 PATH = "/data"
+#: The sabotage switches this world must catch (tests/sim/test_backup_sim.py).
+SWITCHES = ("backup_no_recheck",)
 
 
 class _Crash(Exception):

@@ -4,8 +4,10 @@ uploads; every restore holds a prefix of the acknowledged history. And its check
 
 from __future__ import annotations
 
+import pytest
+
 from fusee import sabotage
-from fusee.sim.backup import BackupWorld
+from fusee.sim.backup import SWITCHES, BackupWorld
 
 
 def test_restores_at_any_moment_hold_a_prefix_of_the_acknowledged_history() -> None:
@@ -15,7 +17,8 @@ def test_restores_at_any_moment_hold_a_prefix_of_the_acknowledged_history() -> N
         assert world.target.list("points/"), seed
 
 
-def test_a_backup_that_skips_the_checkpoint_recheck_is_caught() -> None:
-    with sabotage.sabotaged(backup_no_recheck=True):
+@pytest.mark.parametrize("switch", SWITCHES)
+def test_each_backup_sabotage_is_caught(switch: str) -> None:
+    with sabotage.sabotaged(**{switch: True}):
         caught = [seed for seed in range(20) if BackupWorld(seed).run()]
-    assert caught, "no seed caught a point written without reading the checkpoint again"
+    assert caught, f"no seed caught {switch}"
