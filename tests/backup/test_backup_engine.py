@@ -93,3 +93,46 @@ async def test_a_failing_target_is_reported_and_never_holds_the_engine_back(tmp_
         assert status.last_error == "OSError: the store is down" and status.lag_s > 0
     assert target.calls >= 3
     assert os.listdir(tmp_path / "data")
+
+
+OWNER = """
+import asyncio, sys
+import fusee
+
+async def main():
+    async with fusee.Engine.open(sys.argv[1]):
+        print("ready", flush=True)
+        await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
+
+asyncio.run(main())
+"""
+
+
+async def test_a_follower_opened_with_backup_reads_through_its_view(tmp_path: Path) -> None:
+    """The process that follows another one's directory keeps ``backup=`` for when it takes
+    over; its read-only view of the directory must open without it."""
+    import subprocess
+    import sys
+
+    from tests.backup.crash import ROOT
+
+    owner = subprocess.Popen([sys.executable, "-c", OWNER, str(tmp_path / "data")], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    try:
+        assert owner.stdout is not None and owner.stdout.readline().strip() == "ready"
+        async with fusee.Engine.open(tmp_path / "data", workflows=[echo],
+                                     backup=fusee.Backup(tmp_path / "target")) as follower:
+            assert not follower.is_owner
+            assert follower.runs() == []
+            assert owner.stdin is not None
+            owner.stdin.close()  # the owner closes: the follower takes the directory over
+            assert owner.wait(60) == 0
+            await (await follower.start(echo, "after", "x")).result()
+        # It backed the directory up once it owned it.
+        fb.restore(tmp_path / "target", tmp_path / "restored")
+        async with fusee.Engine.open(tmp_path / "restored", read_only=True) as view:
+            assert [r.workflow_id for r in view.runs()] == ["after"]
+    finally:
+        if owner.poll() is None:
+            owner.kill()
+            owner.wait(60)
