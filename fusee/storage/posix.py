@@ -329,9 +329,12 @@ class RootedPosixStorage(PosixStorage):
 
     def duplicate(self) -> RootedPosixStorage:
         """A second rooted storage on the same opened directory, released on its own (a reader on
-        another thread keeps its own descriptor: none is closed or reused under it)."""
+        another thread keeps its own descriptor: none is closed or reused under it). Its
+        descriptor is opened anew through this one, not ``dup``'ed: a ``flock`` belongs to an open
+        file description, and the copy must not keep the directory locked after its owner let go."""
         assert self._fd is not None, f"the rooted storage of {self.path} was released"
-        return RootedPosixStorage(self.path, os.dup(self._fd), owns=True)
+        fd = os.open(".", _DIR_FLAGS, dir_fd=self._fd)
+        return RootedPosixStorage(self.path, fd, owns=True)
 
     def release(self) -> None:
         fd, self._fd = self._fd, None

@@ -3,7 +3,9 @@ target, and a target that fails without holding the engine back."""
 
 from __future__ import annotations
 
+import asyncio
 import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -136,3 +138,38 @@ async def test_a_follower_opened_with_backup_reads_through_its_view(tmp_path: Pa
         if owner.poll() is None:
             owner.kill()
             owner.wait(60)
+
+
+class Stalling(Refusing):
+    """A target whose first upload hangs until released (a store that stopped answering)."""
+
+    name = "stalling"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def put(self, key: str, data: bytes) -> None:
+        self.entered.set()
+        self.release.wait(60)
+        raise OSError("the store stopped answering")
+
+
+async def test_a_stalled_target_holds_neither_steps_nor_close(tmp_path: Path,
+                                                               caplog: pytest.LogCaptureFixture) -> None:
+    target = Stalling()
+    try:
+        engine = await fusee.Engine.open(tmp_path / "data", workflows=[echo],
+                                         backup=fusee.Backup(target, interval=0.01, close_timeout=0.2))
+        await asyncio.get_running_loop().run_in_executor(None, target.entered.wait, 30)
+        for i in range(20):  # the upload hangs; acknowledgements do not wait for it
+            assert await (await engine.start(echo, f"e{i}", "x")).result() == "X"
+        await engine.close()  # gives the last upload close_timeout, then lets go
+        assert "an upload still runs" in caplog.text
+    finally:
+        target.release.set()
+        # The directory is free although the stalled upload still runs: the backup's reads hold
+        # a descriptor of the directory of their own, which the lock is not on.
+        async with fusee.Engine.open(tmp_path / "data", workflows=[echo], exclusive=True) as again:
+            assert len(again.runs()) == 20
