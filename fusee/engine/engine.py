@@ -581,7 +581,7 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
             self._telemetry = OTelTelemetry(
                 tracer_provider=tel_config.tracer_provider, meter_provider=tel_config.meter_provider,
                 traces=tel_config.traces, metrics=tel_config.metrics, path=log.dir.path,
-                snapshot=lambda: visibility.metrics(self._rt, self._committer), loop=self._rt.loop,
+                snapshot=self.metrics, loop=self._rt.loop,
                 trace_of=self._rt.trace_of,
             )
             self._rt.use_telemetry(self._telemetry)  # before recovery: recovered runs get spans too
