@@ -63,7 +63,7 @@ def test_backup_survives_a_killed_engine_and_restores_any_point(tmp_path: Path) 
         raise AssertionError("no position between two points could be restored")
     assert by_position.position == cut
     cut_ids = run_ids(tmp_path / f"cut-{cut}")
-    assert run_ids_at(tmp_path, pts[i - 1]) <= cut_ids < run_ids_at(tmp_path, pts[i])
+    assert run_ids_at(tmp_path, pts[i - 1]) <= cut_ids <= run_ids_at(tmp_path, pts[i])
     check_point(cut_ids, ledger, pts[i].time.timestamp(), before=pts[i - 1].time.timestamp())
 
 
