@@ -326,6 +326,12 @@ ROWS: list[tuple[str, str, str, str, bool]] = [
      "us", False),
     ("telemetry", "off_cpu_us_per_step", "fan-out CPU per step, telemetry off", "us", False),
     ("telemetry", "on_cpu_us_per_step", "fan-out CPU per step, OpenTelemetry SDK on", "us", False),
+    ("backup", "off_chain_us_per_step", "backup: chain time per step, backup off", "us", False),
+    ("backup", "on_chain_us_per_step", "backup: chain time per step, backup on (local, 1 s)", "us", False),
+    ("backup", "off_fanout_steps_per_s", "backup: fan-out steps/s, backup off", "n", True),
+    ("backup", "on_fanout_steps_per_s", "backup: fan-out steps/s, backup on (local, 1 s)", "n", True),
+    ("backup", "lag_p50_s", "backup: lag under the fan-out p50", "s", False),
+    ("backup", "lag_p99_s", "backup: lag under the fan-out p99", "s", False),
     ("schedules", "lateness_p50_us", "1,000 schedules of 1 s: fire lateness p50", "us", False),
     ("schedules", "lateness_p99_us", "1,000 schedules of 1 s: fire lateness p99", "us", False),
     ("enqueue", "events_per_s", "enqueue into 1,000 keys (100 ms debounce): events/s", "n", True),
@@ -392,6 +398,10 @@ def targets(results: dict[str, dict[str, Any]]) -> list[tuple[str, str, bool | N
     add("telemetry off: CPU per step ≤ 1.02 × the code before its hooks",
         f"{telemetry_off:.3f} ×" if telemetry_off is not None else "not measured",
         None if telemetry_off is None else telemetry_off <= 1.02)
+    costs = [_get(results, "fusee", "backup", k) for k in ("chain_cost", "fanout_cost")]
+    add("backup on: chain and fan-out cost ≤ 5 %",
+        "chain {:+.1%}, fan-out {:+.1%}".format(*costs) if None not in costs else "not measured",
+        None if None in costs else max(c for c in costs if c is not None) <= 0.05)
     return out
 
 
@@ -808,6 +818,10 @@ def _run_everything(args: argparse.Namespace, session: Path, size_flags: list[st
     # Telemetry's cost: CPU per step off (vs the code before its hooks) and on.
     collect("fusee", run_script([sys.executable, str(here / "telemetry_cost.py"), "--json", *quick],
                                 "fusee telemetry", args.timeout), "telemetry")
+
+    # Continuous backup's cost: chain latency and fan-out throughput off and on, and its lag.
+    collect("fusee", run_script([sys.executable, str(here / "backup_cost.py"), "--json", *quick],
+                                "fusee backup", args.timeout), "backup")
 
     seconds = [] if args.schedule_seconds is None else ["--schedule-seconds", str(args.schedule_seconds)]
     for workload in [w for w in args.flow.split(",") if w]:

@@ -7,6 +7,7 @@ journaled, so after a crash the run replays and continues where it was.
 
 import logging
 
+from fusee.backup import Backup, BackupStatus
 from fusee.definitions import (
     QueryDef,
     SignalDef,
@@ -82,6 +83,8 @@ __all__ = [
     "AesGcmCodec",
     "AlreadyExists",
     "AuditEntry",
+    "Backup",
+    "BackupStatus",
     "Batch",
     "Busy",
     "Cancelled",

@@ -132,6 +132,25 @@ class StaleEpoch(StorageError):
     """An engine directory's epoch went back: two owners, or a file restored under a live one."""
 
 
+class BackupError(FuseeError):
+    """A backup or a restore could not be done as asked (the message says why and what to do)."""
+
+
+class BackupUnavailable(BackupError):
+    """The backup target cannot be reached or used (no client library, no bucket, refused
+    credentials, a failing server). Nothing of the engine's directory is affected."""
+
+
+class BackupCorrupted(BackupError):
+    """An object in the backup target is missing or does not match the checksum its manifest
+    recorded: the point named cannot be restored as it was taken (try an earlier one)."""
+
+
+class NoBackupPoint(BackupError):
+    """The backup target holds no point that matches the restore asked for (none yet, or none at
+    or before the time or position given)."""
+
+
 class OwnerUnreachable(FuseeError):
     """A follower found no owner of its engine directory to route a call to within the call's deadline.
 

@@ -122,7 +122,7 @@ class _Instruments:
                                             description=description)
         self.flush_duration = meter.create_histogram(
             "fusee.flush.duration", unit="s", description="Time of one group commit (write + fdatasync)")
-        gauges: list[tuple[str, str, str, Callable[[Metrics], Iterable[tuple[int, dict[str, str]]]]]] = [
+        gauges: list[tuple[str, str, str, Callable[[Metrics], Iterable[tuple[float, dict[str, str]]]]]] = [
             ("fusee.runs", "{run}", "Workflows by fusee.run.status (running, stuck, ok, failed, ...)",
              lambda m: _by_status(m)),
             ("fusee.runs.parked", "{run}", "Suspended runs parked out of memory",
@@ -137,6 +137,10 @@ class _Instruments:
              lambda m: [(m.timers_pending, {})]),
             ("fusee.records.pending", "{record}", "Records appended and not yet flushed",
              lambda m: [(m.records_pending, {})]),
+            ("fusee.backup.lag", "s", "How long the log has held durable batches the backup target lacks",
+             lambda m: [(m.backup.lag_s, {})] if m.backup is not None else []),
+            ("fusee.backup.failures", "{attempt}", "Backup uploads that failed in a row (0: the last worked)",
+             lambda m: [(m.backup.failures, {})] if m.backup is not None else []),
         ]
         for name, unit, description, read in gauges:
             meter.create_observable_gauge(name, callbacks=[self._gauge(read)], unit=unit,
@@ -155,7 +159,7 @@ class _Instruments:
         return observe
 
     def _gauge(
-        self, read: Callable[[Metrics], Iterable[tuple[int, dict[str, str]]]]
+        self, read: Callable[[Metrics], Iterable[tuple[float, dict[str, str]]]]
     ) -> Callable[[CallbackOptions], Iterable[Observation]]:
         def observe(options: CallbackOptions) -> Iterable[Observation]:
             timeout = min(_SNAPSHOT_TIMEOUT_S, options.timeout_millis / 1000)

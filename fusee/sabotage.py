@@ -75,6 +75,10 @@ class Sabotage:
     #: The log does not notice that its directory's path names another directory (renamed
     #: and restored from a copy): it acknowledges work a restart on the path will not find.
     ignore_moved_directory: bool = False
+    # backups (caught by fusee.sim.backup)
+    #: A backup cycle does not read the checkpoint again before it writes its point: a
+    #: checkpoint that removed segments or blobs meanwhile leaves a point that lacks them.
+    backup_no_recheck: bool = False
     # scale-out (caught by fusee.sim.scaleout, not by the single-process world)
     #: A new owner writes its epoch without syncing it: a power loss takes it back.
     epoch_not_durable: bool = False

@@ -515,6 +515,73 @@ def import_(path: str, replay: str | None, options: str | None, as_json: bool) -
 # --- the rest ---------------------------------------------------------------------------
 
 
+_endpoint = click.option("--endpoint-url", envvar="AWS_ENDPOINT_URL", metavar="URL",
+                         help="An S3-compatible server for s3:// targets (or $AWS_ENDPOINT_URL).")
+
+
+def _s3_options(target: str, endpoint_url: str | None) -> dict[str, Any]:
+    return {"endpoint_url": endpoint_url} if target.startswith("s3://") and endpoint_url else {}
+
+
+def _when(text: str) -> float:
+    """A restore time: ISO 8601 (without a zone: UTC) or Unix seconds."""
+    import datetime
+
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        when = datetime.datetime.fromisoformat(text)
+    except ValueError:
+        _fail(f"--at {text!r} is not a time: give ISO 8601 (2026-12-02T08:15:00Z) or Unix seconds")
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=datetime.UTC)
+    return when.timestamp()
+
+
+@cli.command()
+@click.argument("directory", metavar="DIR", type=click.Path(file_okay=False))
+@click.argument("target")
+@_endpoint
+def backup(directory: str, target: str, endpoint_url: str | None) -> None:
+    """Take one backup point of DIR (closed, or open in a running process: read-only, nothing
+    is locked) into TARGET (a directory or s3://bucket/prefix). Incremental."""
+    from fusee.backup import backup_once
+
+    point = backup_once(directory, target, **_s3_options(target, endpoint_url))
+    click.echo(f"backed up {directory} to {target}: position {point.position}, "
+               f"{point.time.isoformat()}")
+
+
+@cli.command()
+@click.argument("target")
+@click.argument("directory", metavar="DIR", required=False, type=click.Path(file_okay=False))
+@click.option("--at", "at", metavar="TIME", help="The newest point at or before TIME (ISO 8601 or Unix seconds).")
+@click.option("--position", type=click.IntRange(0), help="Cut the log after the batch at this position.")
+@click.option("--list", "listing", is_flag=True, help="List the target's points instead (no DIR).")
+@_endpoint
+def restore(target: str, directory: str | None, at: str | None, position: int | None, listing: bool,
+            endpoint_url: str | None) -> None:
+    """Rebuild DIR (new or empty) from the backup in TARGET: its newest point, the newest at or
+    before --at, or cut at --position. DIR then opens like any engine directory."""
+    import fusee.backup as fb
+
+    options = _s3_options(target, endpoint_url)
+    if listing:
+        for p in fb.points(target, **options):
+            click.echo(f"{p.time.isoformat()}  position {p.position}")
+        return
+    if directory is None:
+        raise click.UsageError("give the directory to restore into: fusee restore TARGET DIR")
+    if at is not None and position is not None:
+        raise click.UsageError("give --at or --position, not both")
+    done = fb.restore(target, directory, at=_when(at) if at is not None else None, position=position,
+                      **options)
+    click.echo(f"restored {done.directory} from {target}: position {done.position}, point of "
+               f"{done.time.isoformat()}")
+
+
 @cli.command("disk-check")
 @click.argument("directory", default=".", type=click.Path(file_okay=False))
 @click.option("--count", type=click.IntRange(1), default=None, help="How many synced writes to time.")

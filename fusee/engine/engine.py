@@ -25,6 +25,8 @@ from typing import Any, Generic, Protocol, TypeVar, cast, overload
 
 from fusee import codec, journal_file, sabotage
 from fusee import telemetry as telemetry_config
+from fusee.backup import Backup
+from fusee.backup.uploader import BackupThread
 from fusee.core import journal as jm
 from fusee.core import records as rec
 from fusee.definitions import QueryDef, SignalDef, UpdateDef, WorkflowDef
@@ -241,6 +243,9 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
     #: Called once the log let the directory go at close (the layer above: this process's
     #: claim on the directory ends).
     _on_release: list[Callable[[], None]]
+    #: The continuous backup (``backup=``), None without one.
+    _backup: BackupThread | None = None
+    _backup_close_timeout: float = 30.0
 
     def __init__(self) -> None:
         raise TypeError("use 'await fusee.Engine.open(path, workflows=[...])'")
@@ -276,6 +281,7 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
         namespace: str | None = None,
         lease_ttl: float | None = None,
         route_address: str | None = None,
+        backup: Backup | None = None,
     ) -> _Opening:
         """Opens (or creates) the engine directory ``path`` and recovers it.
 
@@ -351,6 +357,11 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
         Fusee wrote. An engine whose lease was taken over (or expired) fails
         with :class:`fusee.errors.LeaseLost` at its next renewal or flush,
         whichever comes first, and acknowledges nothing more.
+
+        ``backup`` (a :class:`fusee.Backup`) copies what becomes durable to a
+        local directory or S3-compatible storage in the background (never on
+        the step path); ``fusee restore`` rebuilds a directory from it. See
+        docs/operations.md.
         """
         workflows = list(workflows)
         return _Opening(
@@ -383,6 +394,7 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
                 namespace=namespace,
                 lease_ttl=lease_ttl,
                 route_address=route_address,
+                backup=backup,
             )
         )
 
@@ -419,6 +431,7 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
         _pg_lease: Any = None,
         _fence: Callable[[], None] | None = None,
         _holding: Holding | None = None,
+        backup: Backup | None = None,
     ) -> Engine:
         """This engine on ``path``, holding its log, or :class:`fusee.errors.DirectoryLocked` /
         :class:`fusee.errors.LeaseHeld` when another holds it (what :meth:`open` does then is the
@@ -479,6 +492,13 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
         if not on_postgres and (namespace is not None or lease_ttl is not None):
             raise ValueError("namespace= and lease_ttl= apply to a PostgreSQL DSN "
                              "('postgresql://...'), not to a directory")
+        if backup is not None:
+            if not isinstance(backup, Backup):
+                raise TypeError(f"backup= takes a fusee.Backup, got {backup!r}")
+            if path is None or on_postgres or read_only:
+                raise ValueError("backup= applies to an engine directory opened to write, not to an "
+                                 "engine in memory, a read-only view or a PostgreSQL namespace "
+                                 "(back PostgreSQL up with its own tools: docs/postgres.md)")
         if on_postgres and truncate_corrupt:
             raise ValueError("truncate_corrupt= applies to a directory, not to a PostgreSQL namespace")
 
@@ -561,7 +581,7 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
             self._telemetry = OTelTelemetry(
                 tracer_provider=tel_config.tracer_provider, meter_provider=tel_config.meter_provider,
                 traces=tel_config.traces, metrics=tel_config.metrics, path=log.dir.path,
-                snapshot=lambda: visibility.metrics(self._rt, self._committer), loop=self._rt.loop,
+                snapshot=self.metrics, loop=self._rt.loop,
                 trace_of=self._rt.trace_of,
             )
             self._rt.use_telemetry(self._telemetry)  # before recovery: recovered runs get spans too
@@ -613,6 +633,9 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
                     loop.call_soon_threadsafe(pg_log.lease_lost)
 
             pg_log.lease.on_lost = lost
+        if backup is not None:
+            self._backup = backup.start(log)
+            self._backup_close_timeout = backup.close_timeout
         return self
 
     @property
@@ -1366,7 +1389,8 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
         A walk of the workflow table (its time grows with the workflows);
         every field is documented on :class:`fusee.Metrics` and in docs/operations.md.
         """
-        return visibility.metrics(self._rt, self._committer)
+        return visibility.metrics(self._rt, self._committer,
+                                  backup=self._backup.status() if self._backup is not None else None)
 
     def stuck(self) -> dict[str, str]:
         """Runs stopped by a determinism error (or an unregistered type), with the message."""
@@ -1453,6 +1477,11 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
             failed = e
             logger.error("the checkpoint at close failed: %s", e)
         finally:
+            if self._backup is not None:
+                # After the last checkpoint: the target gets the directory as it is closed.
+                await asyncio.get_running_loop().run_in_executor(
+                    None, self._backup.stop, self._backup_close_timeout)
+                self._backup.release()
             if self._route_server is not None:
                 await self._route_server.close()  # before the lock goes: the next owner reuses the address
             await self._committer.close()

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from fusee.backup.uploader import BackupStatus
 from fusee.core import records as rec
 from fusee.errors import InvalidQuery
 from fusee.runtime import sealing
@@ -111,6 +112,8 @@ class Metrics:
     indexed: int
     #: The runtime's counters (runs started, replays, parks, wakes, checkpoints, ...).
     stats: dict[str, int]
+    #: The continuous backup's position, lag and failures (None without ``backup=``).
+    backup: BackupStatus | None = None
 
 
 # --- the query language -----------------------------------------------------
@@ -521,7 +524,7 @@ def select(
     return out, None
 
 
-def metrics(rt: Runtime, committer: Any) -> Metrics:
+def metrics(rt: Runtime, committer: Any, backup: BackupStatus | None = None) -> Metrics:
     """Counts every workflow by shard (a walk of the table: O(workflows))."""
     n = rt.shards
     runs: list[dict[str, int]] = [{} for _ in range(n)]
@@ -560,6 +563,7 @@ def metrics(rt: Runtime, committer: Any) -> Metrics:
         flush_p99_ms=_percentile(list(log.flush_seconds), 0.99) * 1000,
         indexed=len(rt.index),
         stats=dict(rt.stats),
+        backup=backup,
     )
 
 

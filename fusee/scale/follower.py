@@ -677,8 +677,9 @@ class Follower(Engine):
     async def _refresh_view(self) -> None:
         loop = asyncio.get_running_loop()
         at = loop.time()
+        # A view writes nothing: no backup either (the follower keeps it for when it takes over).
         opts = {**self._options, "read_only": True, "park_after": None, "truncate_corrupt": False,
-                "checkpoint_interval": None, "telemetry": False, "step_threads": 1}
+                "checkpoint_interval": None, "telemetry": False, "step_threads": 1, "backup": None}
         view = await Engine._open(self._place.target, **opts)
         old, self._view, self._view_at = self._view, view, at
         if old is not None:

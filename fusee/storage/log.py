@@ -73,6 +73,12 @@ RESTORE_ADVICE = ("truncate_corrupt=True cannot repair this. Restore the named f
                   "directory) from a backup.")
 
 
+def newest_note(number: int) -> bytes:
+    """The content of ``log/newest`` naming segment ``number`` (a restore writes it too)."""
+    body = _NEWEST.pack(_NEWEST_MAGIC, number, 0)[:-4]
+    return body + fmt.U32.pack(fmt.crc(body))
+
+
 def segment_name(number: int) -> str:
     return f"{number:012d}{SEG_SUFFIX}"
 
@@ -466,8 +472,7 @@ class SharedLog(FlushLifecycle):
                 "engine, decide which of the two directories to keep, and open that one.")
 
     def _write_newest(self, number: int) -> None:
-        body = _NEWEST.pack(_NEWEST_MAGIC, number, 0)[:-4]
-        write_durably(self.storage, self.dir.log_dir, NEWEST, body + fmt.U32.pack(fmt.crc(body)))
+        write_durably(self.storage, self.dir.log_dir, NEWEST, newest_note(number))
 
     def _sync_before_reading(self, numbers: list[int]) -> None:
         """Makes the segments durable, then reads them from the disk, before recovery trusts them.
@@ -615,6 +620,12 @@ class SharedLog(FlushLifecycle):
 
     def appended_lsns(self) -> list[int]:
         return list(self._appended)
+
+    def durable_end(self) -> tuple[int, int, int]:
+        """(segment, byte offset, batch seq) where the batches made durable end: what a backup may
+        copy. Safe to call from any thread (one read of a tuple the writer replaces whole)."""
+        number, end, _crc, seq = self._last_segment
+        return number, end, seq
 
     @property
     def pending_records(self) -> int:

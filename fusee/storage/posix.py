@@ -327,6 +327,15 @@ class RootedPosixStorage(PosixStorage):
                     "deleted and another directory (a copy, say) was put in its place")
         return None
 
+    def duplicate(self) -> RootedPosixStorage:
+        """A second rooted storage on the same opened directory, released on its own (a reader on
+        another thread keeps its own descriptor: none is closed or reused under it). Its
+        descriptor is opened anew through this one, not ``dup``'ed: a ``flock`` belongs to an open
+        file description, and the copy must not keep the directory locked after its owner let go."""
+        assert self._fd is not None, f"the rooted storage of {self.path} was released"
+        fd = os.open(".", _DIR_FLAGS, dir_fd=self._fd)
+        return RootedPosixStorage(self.path, fd, owns=True)
+
     def release(self) -> None:
         fd, self._fd = self._fd, None
         if fd is not None and self._owns:

@@ -518,3 +518,14 @@ async def test_a_failed_flush_is_logged_as_an_error(caplog: pytest.LogCaptureFix
     await engine.close()
     errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
     assert any(m.startswith("the log failed; nothing more is acknowledged") for m in errors), errors
+
+
+async def test_backup_gauges(otel: Otel, tmp_path: Path) -> None:
+    """With backup=, its lag and failures reach OpenTelemetry as gauges (issue 28)."""
+    async with fusee.Engine.open(tmp_path / "data", workflows=[talk], telemetry=otel.config,
+                                 backup=fusee.Backup(tmp_path / "target", interval=0.01)) as engine:
+        await engine.start(talk, "t-1")
+        await until(lambda: (s := engine.metrics().backup) is not None and s.points >= 1)
+        path = str(tmp_path / "data")
+        assert otel.value("fusee.backup.failures", **{"fusee.engine.path": path}) == 0
+        assert otel.value("fusee.backup.lag", **{"fusee.engine.path": path}) is not None

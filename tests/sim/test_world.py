@@ -103,10 +103,10 @@ def _implemented(switch: str) -> bool:
 
 def _world_switches() -> list[str]:
     """The sabotage switches this world must catch (tests/sim/test_scaleout.py, test_expiry.py and
-    test_grouping.py have the scale-out and group commit ones)."""
-    from fusee.sim import expiry, grouping, scaleout
+    test_grouping.py have the scale-out and group commit ones, test_backup_sim.py the backup's)."""
+    from fusee.sim import backup, expiry, grouping, scaleout
 
-    elsewhere = {*scaleout.SWITCHES, *expiry.SWITCHES, *grouping.SWITCHES}
+    elsewhere = {*scaleout.SWITCHES, *expiry.SWITCHES, *grouping.SWITCHES, *backup.SWITCHES}
     return [f.name for f in dataclasses.fields(sabotage.Sabotage) if f.name not in elsewhere]
 
 
