@@ -4,8 +4,10 @@ Workflow code writes with ``ctx.stream(name)``; a step's function with
 ``info.stream(name)``. Chunks are journal records: a reader sees only durable
 ones, in order, never changed, and one end. A step that runs again (a retry,
 or after a crash) continues after the chunks its earlier attempts recorded:
-its writes of those offsets are checked against what was recorded and
-dropped. A step's result completes the streams it wrote.
+either it reads ``recorded`` (how many there are) and writes only the ones
+after them, or it writes them all again and its writes of the recorded offsets
+are checked against what was recorded and dropped. A step's result completes
+the streams it wrote.
 """
 
 from __future__ import annotations
@@ -85,6 +87,20 @@ class StepStream:
             if type(r) is rec.Chunk and r.stream == name and r.seq == seq
         ][: opened.recorded]
         self._skipped = 0
+
+    @property
+    def recorded(self) -> int:
+        """How many chunks earlier attempts of this step recorded on this stream (0 on a
+        first attempt). Reading it means this attempt continues after them: its next
+        ``write`` is chunk ``recorded`` of the stream, not a repeat of the first one."""
+        self._skipped = len(self._recorded)
+        return len(self._recorded)
+
+    @property
+    def recorded_chunks(self) -> list[Any]:
+        """The values of those recorded chunks, in order (a step that continues after them
+        may need them to build its result). Reading it does not change what ``write`` does."""
+        return [codec.decode(p) for p in self._recorded]
 
     def write(self, chunk: Any) -> None:
         """Appends ``chunk`` (a JSON value). A step running again continues after its

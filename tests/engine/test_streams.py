@@ -141,3 +141,39 @@ async def test_a_waiting_stream_reader_hears_engine_closed_when_the_log_fails_or
             await asyncio.wait_for(reader, 30)
     finally:
         await engine.close()
+
+
+SAMPLED: list[tuple[int, int, list[Any]]] = []
+
+
+def sampled(info: fusee.StepInfo) -> list[str]:
+    """A model call sampled anew on each attempt: it cannot rewrite the chunks an earlier
+    attempt recorded, so it continues after them."""
+    out = info.stream("tokens")
+    start = out.recorded
+    prefix = out.recorded_chunks
+    SAMPLED.append((info.attempt, start, prefix))
+    words = [f"a{info.attempt}-{i}" for i in range(start, 4)]
+    for i, word in enumerate(words):
+        out.write(word)
+        if info.attempt == 1 and i == 1:
+            raise ConnectionError("the model dropped the connection")
+    return [str(w) for w in prefix] + words
+
+
+@fusee.workflow("sampler")
+async def sampler(ctx: fusee.Ctx) -> list[str]:
+    return list(await ctx.step("sample", sampled, retry=fusee.Retry(attempts=2, initial="1ms")))
+
+
+async def test_a_retried_step_continues_after_the_recorded_prefix(tmp_path: Path) -> None:
+    SAMPLED.clear()
+    async with fusee.Engine.open(tmp_path, workflows=[sampler]) as engine:
+        result = await asyncio.wait_for(engine.execute(sampler, "s-1"), 30)
+        # The second attempt learned that two chunks were recorded and wrote only the rest.
+        assert [(a, n) for a, n, _ in SAMPLED] == [(1, 0), (2, 2)]
+        assert SAMPLED[1][2] == ["a1-0", "a1-1"]
+        assert result == ["a1-0", "a1-1", "a2-2", "a2-3"]
+        assert await collect(engine, "s-1", "tokens") == result
+        chunks = [r for r in await engine.journal("s-1") if isinstance(r, rec.Chunk)]
+        assert [(c.offset, c.attempt) for c in chunks] == [(0, 1), (1, 1), (2, 2), (3, 2)]
