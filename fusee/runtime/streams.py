@@ -13,6 +13,7 @@ the streams it wrote.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -146,16 +147,42 @@ def _on_loop(loop: asyncio.AbstractEventLoop, fn: Callable[[], Any]) -> Any:
     return asyncio.run_coroutine_threadsafe(call(), loop).result()
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class StreamBatch:
+    """One answer of a stream read (:meth:`fusee.Engine.stream_batch`).
+
+    ``chunks`` are the durable chunks of run ``run_id``'s stream from ``offset``;
+    ``next_offset`` is where to read next. ``end_status`` is None while the
+    stream goes on, else how it ended: ``"ok"`` (closed, or its step or run
+    succeeded), ``"failed"`` (its step or run failed), ``"cancelled"``,
+    ``"timed_out"``, ``"terminated"`` or ``"continued"`` (the run handed over
+    to a next run by continue-as-new without closing it). Once it is set,
+    ``chunks`` held every chunk up to the end.
+    """
+
+    workflow_id: str
+    run_id: int
+    offset: int
+    chunks: list[Any]
+    next_offset: int
+    end_status: str | None
+
+    @property
+    def ended(self) -> bool:
+        """The stream ended and no chunk comes after ``next_offset``."""
+        return self.end_status is not None
+
+
 def durable_chunks(
     journal: list[rec.Record], lsns: list[int], durable: int, name: str, offset: int, start: int = 0
-) -> tuple[list[Any], int, bool, int]:
-    """(chunk values from ``offset``, the next offset, whether the stream ended, where to
-    look next time), durable ones only. ``start`` is a journal index no later than the
+) -> tuple[list[Any], int, rec.Status | None, int]:
+    """(chunk values from ``offset``, the next offset, how the stream ended or None, where
+    to look next time), durable ones only. ``start`` is a journal index no later than the
     chunk at ``offset`` (what an earlier call returned): a follower reads each record once."""
     if sabotage.active.stream_shows_nondurable:
         durable = 1 << 62  # every appended record counts as durable
     chunks: list[Any] = []
-    ended = False
+    ended: rec.Status | None = None
     nxt = offset
     i = start
     n = len(journal)
@@ -170,7 +197,7 @@ def durable_chunks(
                 chunks.append(codec.decode(r.payload))  # type: ignore[union-attr]
                 nxt = r.offset + 1  # type: ignore[union-attr]
         elif t is rec.StreamEnd and r.stream == name:  # type: ignore[union-attr]
-            ended = True
-        elif t is rec.Done:
-            ended = True  # the run ended: nothing more comes
+            ended = r.status  # type: ignore[union-attr]
+        elif t is rec.Done and ended is None:
+            ended = r.status  # type: ignore[union-attr]  # the run ended: nothing more comes
     return chunks, nxt, ended, i
