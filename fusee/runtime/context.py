@@ -367,6 +367,14 @@ class Ctx:
         """True while the code re-executes operations its journal already holds."""
         return self._run.machine.is_replaying()
 
+    @property
+    def journal_size(self) -> int:
+        """How many operations (steps, timers, waits, values, children, ...) this run's code
+        has started so far. The same on every replay, so the code may decide on it: a
+        long-lived workflow continues as new (``ctx.continue_as_new``) once its history
+        grows past a bound, and the next run starts from 0."""
+        return self._run.machine.journal_size()
+
     # --- operations -----------------------------------------------------
 
     # How type checkers see ctx.step: the result is the function's (awaited, for an async
