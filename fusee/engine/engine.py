@@ -1331,6 +1331,34 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
             if b.ended:
                 return  # the batch that saw the end held every chunk before it
 
+    async def import_journal(
+        self, path: str | os.PathLike[str], workflow_id: str | None = None, before_step: str | None = None
+    ) -> RunHandle[Any]:
+        """Loads an exported journal (a ``.fjnl`` file, see :meth:`export`) as a new run that
+        replays it with this engine's code and continues live from where it stopped: how a
+        production run is reproduced, and carried on, somewhere else.
+
+        The run takes ``workflow_id`` (default: the journal's own), which must not exist
+        here (:class:`fusee.AlreadyExists`). With ``before_step``, the journal is cut before
+        the first step of that name, as :meth:`reset` cuts (signals after the cut are
+        delivered again): the steps before it are not run again, that one and what follows
+        run with the code of now. Without it, everything but the journal's ending is kept.
+        The code must replay the kept records (else the run stops with a
+        :class:`fusee.DeterminismError`, see ``Engine.stuck``). Returns once the new run is
+        durable. A file that is not a journal raises :class:`fusee.CorruptRecord`.
+        """
+        self._check_open()
+        if workflow_id is not None:
+            workflow_id = self._check_id(workflow_id)
+        if before_step is not None and not isinstance(before_step, str):
+            raise TypeError(f"before_step must be a step's name (a str) or None, got {before_step!r}")
+        journal = await asyncio.get_running_loop().run_in_executor(None, journal_file.read, path)
+        self._check_open()
+        st, lsn = self._rt.import_run(journal, workflow_id, before_step)
+        run_id = st.run_id
+        await self._durable(st.shard, lsn)
+        return RunHandle(self, st.id, run_id)
+
     async def export(self, workflow_id: str, path: str | os.PathLike[str]) -> int:
         """Writes the durable journal of the workflow's current run to ``path`` (a ``.fjnl`` file).
 
