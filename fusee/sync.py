@@ -412,6 +412,14 @@ class SyncEngine:
         )
         return SyncRunHandle(self, h)
 
+    def import_journal(
+        self, path: str | os.PathLike[str], workflow_id: str | None = None, before_step: str | None = None
+    ) -> SyncRunHandle[Any]:
+        """Loads an exported ``.fjnl`` as a new run that replays and continues (see
+        :meth:`fusee.Engine.import_journal`)."""
+        h: RunHandle[Any] = self._run(self._engine.import_journal, path, workflow_id, before_step)
+        return SyncRunHandle(self, h)
+
     def cancel(self, workflow_id: str, reason: str = "", *, by: str | None = None) -> None:
         """Requests cancellation; returns once the request is durable."""
         self._run(self._engine.cancel, workflow_id, reason, by=by)
