@@ -47,6 +47,7 @@ from fusee.errors import (
     OwnerUnreachable,
     QueryFailed,
     RoutingRefused,
+    RunNotCurrent,
     ScheduleExists,
     ScheduleNotFound,
     SerializationError,
@@ -69,6 +70,7 @@ from fusee.limits import Limit, LimitStatus
 from fusee.objects import Handler, ObjectCtx, ObjectDef, ObjectState, object
 from fusee.retry import Retry
 from fusee.runtime.context import ChildHandle, Ctx, StepInfo
+from fusee.runtime.streams import StreamBatch
 from fusee.scale import placement as _placement  # noqa: F401  (installs Engine.open's owner-or-follower choice)
 from fusee.step import step, step_info
 from fusee.sync import SyncEngine, SyncRunHandle
@@ -126,6 +128,7 @@ __all__ = [
     "Retry",
     "RoutingRefused",
     "RunHandle",
+    "RunNotCurrent",
     "RunPage",
     "RunSummary",
     "ScheduleExists",
@@ -136,6 +139,7 @@ __all__ = [
     "SignalDef",
     "StepFailed",
     "StepInfo",
+    "StreamBatch",
     "SyncEngine",
     "SyncRunHandle",
     "Telemetry",

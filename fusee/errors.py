@@ -325,6 +325,23 @@ class HistoryUnavailable(FuseeError):
     the journals of runs that end from then on."""
 
 
+class RunNotCurrent(FuseeError):
+    """A stream read pinned to run ``run_id`` of workflow ``workflow_id``, which is no longer
+    its current run (``current_run_id``): it ended and handed over (continue-as-new, a reset,
+    a new start), and the engine keeps only the current run's chunks. Read the current run
+    from offset 0 (``run_id=current_run_id``), or read without ``run_id``."""
+
+    def __init__(self, workflow_id: str, run_id: int, current_run_id: int) -> None:
+        self.workflow_id = workflow_id
+        self.run_id = run_id
+        self.current_run_id = current_run_id
+        super().__init__(
+            f"the stream read is pinned to run {run_id} of workflow '{workflow_id}', whose current "
+            f"run is {current_run_id}: run {run_id} ended and its chunks are no longer kept. Read "
+            f"run {current_run_id} from offset 0 (run_id={current_run_id}), or read without run_id"
+        )
+
+
 class AlreadyExists(FuseeError):
     """A workflow run with that ID exists already."""
 

@@ -34,6 +34,7 @@ from fusee.objects import Handler, ObjectDef, ObjectState
 from fusee.retry import Retry
 from fusee.runtime.context import Duration
 from fusee.runtime.env import DEFAULT_STEP_THREADS, Env
+from fusee.runtime.streams import StreamBatch
 from fusee.scale.owner import dir_key
 from fusee.storage import postgres as pg_store
 
@@ -479,6 +480,14 @@ class SyncEngine:
         )
         return SyncRunHandle(self, h)
 
+    def import_journal(
+        self, path: str | os.PathLike[str], workflow_id: str | None = None, before_step: str | None = None
+    ) -> SyncRunHandle[Any]:
+        """Loads an exported ``.fjnl`` as a new run that replays and continues (see
+        :meth:`fusee.Engine.import_journal`)."""
+        h: RunHandle[Any] = self._run(self._engine.import_journal, path, workflow_id, before_step)
+        return SyncRunHandle(self, h)
+
     def cancel(self, workflow_id: str, reason: str = "", *, by: str | None = None) -> None:
         """Requests cancellation; returns once the request is durable."""
         self._run(self._engine.cancel, workflow_id, reason, by=by)
@@ -615,21 +624,33 @@ class SyncEngine:
         return self._run(self._engine.journal, workflow_id)
 
     def read_stream_batch(
-        self, workflow_id: str, name: str, offset: int = 0, *, wait: Duration | None = None
+        self, workflow_id: str, name: str, offset: int = 0, *, wait: Duration | None = None,
+        run_id: int | None = None,
     ) -> tuple[list[Any], int, bool]:
         """The durable chunks of stream ``name`` from ``offset`` (see :meth:`fusee.Engine.read_stream_batch`)."""
-        return self._run(self._engine.read_stream_batch, workflow_id, name, offset, wait=wait)
+        return self._run(self._engine.read_stream_batch, workflow_id, name, offset, wait=wait, run_id=run_id)
 
-    def read_stream(self, workflow_id: str, name: str, offset: int = 0) -> Iterator[Any]:
+    def stream_batch(
+        self, workflow_id: str, name: str, offset: int = 0, *, wait: Duration | None = None,
+        run_id: int | None = None,
+    ) -> StreamBatch:
+        """One read of stream ``name`` naming its run and how it ended (see :meth:`fusee.Engine.stream_batch`)."""
+        return self._run(self._engine.stream_batch, workflow_id, name, offset, wait=wait, run_id=run_id)
+
+    def read_stream(
+        self, workflow_id: str, name: str, offset: int = 0, *, run_id: int | None = None
+    ) -> Iterator[Any]:
         """Follows stream ``name`` from ``offset``, yielding each durable chunk, until it ends.
 
-        Each wait for more blocks this thread only; the iterator may be
-        dropped at any point (nothing is left running on the engine).
+        It follows one run, as :meth:`fusee.Engine.read_stream` does. Each wait for more
+        blocks this thread only; the iterator may be dropped at any point (nothing is left
+        running on the engine).
         """
         while True:
-            chunks, offset, ended = self.read_stream_batch(workflow_id, name, offset, wait=_STREAM_WAIT)
-            yield from chunks
-            if ended:
+            b = self.stream_batch(workflow_id, name, offset, wait=_STREAM_WAIT, run_id=run_id)
+            run_id, offset = b.run_id, b.next_offset
+            yield from b.chunks
+            if b.ended:
                 return
 
     def export(self, workflow_id: str, path: str | os.PathLike[str]) -> int:

@@ -480,15 +480,35 @@ def export_(args: tuple[str, ...], url: str | None, token: str | None) -> None:
 @click.option("--options", "options", metavar="MODULE:ATTR",
               help="With --replay: the engine options to replay with, a dict of Engine.open keyword "
                    "options (fusee.testing.EngineOptions: limits=, codec=...).")
+@click.option("--into", "into", metavar="DIR", type=click.Path(file_okay=False),
+              help="Load the journal into the engine directory DIR as a new run that replays it and "
+                   "continues (Engine.import_journal) when the directory's engine runs; needs --workflows.")
+@click.option("--workflows", "workflows_ref", metavar="MODULE:ATTR",
+              help="With --into: the workflows to open DIR with (a list of @fusee.workflow functions).")
+@click.option("--workflow-id", "workflow_id", default=None, help="With --into: the new run's workflow ID "
+              "(default: the journal's).")
+@click.option("--before-step", "before_step", default=None, metavar="STEP",
+              help="With --into: cut the journal before the first step named STEP (it runs again).")
 @_json
-def import_(path: str, replay: str | None, options: str | None, as_json: bool) -> None:
-    """Read a .fjnl journal file: show its timeline, or check new code against it (--replay)."""
+def import_(path: str, replay: str | None, options: str | None, into: str | None, workflows_ref: str | None,
+            workflow_id: str | None, before_step: str | None, as_json: bool) -> None:
+    """Read a .fjnl journal file: show its timeline, check new code against it (--replay), or load
+    it into an engine directory as a run that continues (--into DIR --workflows M:A)."""
     from fusee import journal_file, views
     from fusee.cli import render
 
     records = journal_file.read(path)
-    if options is not None and replay is None:
-        raise click.UsageError("--options applies to --replay: give the workflows to replay with too")
+    if options is not None and replay is None and into is None:
+        raise click.UsageError("--options applies to --replay or --into: give the workflows too")
+    if into is None and (workflows_ref is not None or workflow_id is not None or before_step is not None):
+        raise click.UsageError("--workflows, --workflow-id and --before-step apply to --into DIR")
+    if into is not None:
+        if replay is not None:
+            raise click.UsageError("give --replay or --into, not both")
+        if workflows_ref is None:
+            raise click.UsageError("--into needs --workflows MODULE:ATTR: the code the run continues with")
+        _import_into(path, into, workflows_ref, options, workflow_id, before_step, as_json)
+        return
     if replay is not None:
         import asyncio
 
@@ -510,6 +530,33 @@ def import_(path: str, replay: str | None, options: str | None, as_json: bool) -
         render.print_json({"records": views.journal(records), "timeline": timeline})
     else:
         render.console().print(render.timeline_table(timeline))
+
+
+def _import_into(path: str, into: str, workflows_ref: str, options: str | None, workflow_id: str | None,
+                 before_step: str | None, as_json: bool) -> None:
+    import asyncio
+
+    import fusee
+    from fusee.http.serve import load_factory
+
+    workflows = load_factory(workflows_ref)
+    if not isinstance(workflows, list | tuple):
+        workflows = [workflows]
+    engine_options = load_factory(options) if options is not None else {}
+    if not isinstance(engine_options, dict):
+        raise click.UsageError(f"--options {options} must name a dict of Engine.open options")
+
+    async def load() -> tuple[str, int]:
+        async with fusee.Engine.open(into, workflows=list(workflows), **engine_options) as engine:
+            handle = await engine.import_journal(path, workflow_id, before_step)
+            return handle.workflow_id, handle.run_id
+
+    try:
+        wid, run_id = asyncio.run(load())
+    except (fusee.FuseeError, ValueError) as e:
+        _fail(f"{path} not imported: {e}")
+    _done({"workflow_id": wid, "run_id": run_id, "directory": into}, f"imported {path} into {into} as "
+          f"workflow {wid} (run {run_id}); it continues when the directory's engine runs", as_json)
 
 
 # --- the rest ---------------------------------------------------------------------------

@@ -47,6 +47,7 @@ from fusee.errors import (
     InvalidWorkflowId,
     LeaseHeld,
     LogCorrupted,
+    RunNotCurrent,
     StorageError,
     WrongEventLoop,
 )
@@ -59,7 +60,7 @@ from fusee.runtime import ended, history
 from fusee.runtime.context import Duration
 from fusee.runtime.env import DEFAULT_STEP_THREADS, Env, RealEnv
 from fusee.runtime.runtime import IF_FINISHED, IF_RUNNING, Runtime
-from fusee.runtime.streams import durable_chunks
+from fusee.runtime.streams import StreamBatch, durable_chunks
 from fusee.runtime.table import dedup_key
 from fusee.runtime.tokens import parse_token
 from fusee.runtime.wfloop import WorkflowLoop
@@ -1269,7 +1270,8 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
         return [r for r, lsn in zip(journal, lsns, strict=True) if lsn <= durable]
 
     async def read_stream_batch(
-        self, workflow_id: str, name: str, offset: int = 0, *, wait: Duration | None = None
+        self, workflow_id: str, name: str, offset: int = 0, *, wait: Duration | None = None,
+        run_id: int | None = None,
     ) -> tuple[list[Any], int, bool]:
         """The durable chunks of stream ``name`` from ``offset``: ``(chunks, next_offset, ended)``.
 
@@ -1278,45 +1280,107 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
         reconnect at any offset. ``ended`` is true once the stream (or the run)
         ended and every chunk before the end was returned. A reader waiting
         when the engine closes or its log fails raises :class:`fusee.EngineClosed`
-        at once (chunks that were durable before are returned first).
+        at once (chunks that were durable before are returned first). Without
+        ``run_id`` it reads the workflow's current run; see :meth:`stream_batch`
+        for the run an answer is of, pinning one, and how the stream ended.
         """
-        chunks, nxt, ended, _ = await self._read_stream(workflow_id, name, offset, wait, None)
-        return chunks, nxt, ended
+        b, _ = await self._read_stream(workflow_id, name, offset, wait, run_id, None)
+        return b.chunks, b.next_offset, b.ended
+
+    async def stream_batch(
+        self, workflow_id: str, name: str, offset: int = 0, *, wait: Duration | None = None,
+        run_id: int | None = None,
+    ) -> StreamBatch:
+        """:meth:`read_stream_batch`, answered as a :class:`fusee.StreamBatch`: the run it read
+        (``run_id``), its chunks, and how the stream ended (``end_status``: ``"ok"``,
+        ``"failed"``, ... or None while it goes on).
+
+        With ``run_id``, reads that run only: once the workflow's current run is another one
+        (after continue-as-new, a reset or a new start) it raises
+        :class:`fusee.errors.RunNotCurrent` rather than read the next run's chunks at the
+        offset of the earlier run's. Without it, the current run is read; a ``wait`` follows
+        the run it first looked at, and raises the same if that run hands over meanwhile.
+        """
+        b, _ = await self._read_stream(workflow_id, name, offset, wait, run_id, None)
+        return b
 
     async def _read_stream(
-        self, workflow_id: str, name: str, offset: int, wait: Duration | None, hint: tuple[int, int] | None
-    ) -> tuple[list[Any], int, bool, tuple[int, int]]:
-        """``read_stream_batch``, resuming the journal scan at ``hint`` (run ID, index) when it
-        is still that run's."""
+        self, workflow_id: str, name: str, offset: int, wait: Duration | None, run_id: int | None,
+        hint: int | None,
+    ) -> tuple[StreamBatch, int]:
+        """``stream_batch``, resuming the journal scan at index ``hint`` of run ``run_id``."""
         self._check_open()
         wid = self._check_id(workflow_id)
         if not isinstance(offset, int) or offset < 0:
             raise ValueError(f"offset must be an int >= 0, got {offset!r}")
+        if run_id is not None and (not isinstance(run_id, int) or isinstance(run_id, bool) or run_id <= 0):
+            raise ValueError(f"run_id must be a run's ID (an int > 0) or None, got {run_id!r}")
         loop = asyncio.get_running_loop()
         deadline = loop.time() + (to_ms(wait) / 1000 if wait is not None else 0)
         while True:
             st = self._rt.current(wid)
+            if run_id is not None and st.run_id != run_id:
+                raise RunNotCurrent(wid, run_id, st.run_id)
+            start = hint if hint is not None and run_id is not None else 0
+            # A wait follows the run it first looked at: offsets of one run mean nothing in the next.
+            run_id = st.run_id
             journal, lsns = self._rt.journal_of(st)
-            start = hint[1] if hint is not None and hint[0] == st.run_id and hint[1] <= len(journal) else 0
-            chunks, nxt, ended, at = durable_chunks(
+            start = min(start, len(journal))
+            chunks, nxt, status, at = durable_chunks(
                 journal, lsns, self._rt.durable(st.shard), name, offset, start)
-            hint = (st.run_id, at)
             left = deadline - loop.time()
-            if chunks or ended or left <= 0:
-                return chunks, nxt, ended, hint
+            if chunks or status is not None or left <= 0:
+                end = None if status is None else status.name.lower()
+                return StreamBatch(wid, st.run_id, offset, chunks, nxt, end), at
             # Closed or the log failed (also while this reader waited): nothing more will come.
             self._check_open()
             await self._rt.stream_changed(left)
 
-    async def read_stream(self, workflow_id: str, name: str, offset: int = 0) -> AsyncIterator[Any]:
-        """Follows stream ``name`` from ``offset``, yielding each durable chunk, until it ends."""
-        hint: tuple[int, int] | None = None
+    async def read_stream(
+        self, workflow_id: str, name: str, offset: int = 0, *, run_id: int | None = None
+    ) -> AsyncIterator[Any]:
+        """Follows stream ``name`` from ``offset``, yielding each durable chunk, until it ends.
+
+        It follows one run: ``run_id``, or the workflow's current run when it starts. If that
+        run hands over to another before the stream's end was read (continue-as-new),
+        :class:`fusee.errors.RunNotCurrent` is raised instead of yielding the next run's chunks.
+        """
+        hint: int | None = None
         while True:
-            chunks, offset, ended, hint = await self._read_stream(workflow_id, name, offset, 30.0, hint)
-            for chunk in chunks:
+            b, hint = await self._read_stream(workflow_id, name, offset, 30.0, run_id, hint)
+            run_id, offset = b.run_id, b.next_offset
+            for chunk in b.chunks:
                 yield chunk
-            if ended:
+            if b.ended:
                 return  # the batch that saw the end held every chunk before it
+
+    async def import_journal(
+        self, path: str | os.PathLike[str], workflow_id: str | None = None, before_step: str | None = None
+    ) -> RunHandle[Any]:
+        """Loads an exported journal (a ``.fjnl`` file, see :meth:`export`) as a new run that
+        replays it with this engine's code and continues live from where it stopped: how a
+        production run is reproduced, and carried on, somewhere else.
+
+        The run takes ``workflow_id`` (default: the journal's own), which must not exist
+        here (:class:`fusee.AlreadyExists`). With ``before_step``, the journal is cut before
+        the first step of that name, as :meth:`reset` cuts (signals after the cut are
+        delivered again): the steps before it are not run again, that one and what follows
+        run with the code of now. Without it, everything but the journal's ending is kept.
+        The code must replay the kept records (else the run stops with a
+        :class:`fusee.DeterminismError`, see ``Engine.stuck``). Returns once the new run is
+        durable. A file that is not a journal raises :class:`fusee.CorruptRecord`.
+        """
+        self._check_open()
+        if workflow_id is not None:
+            workflow_id = self._check_id(workflow_id)
+        if before_step is not None and not isinstance(before_step, str):
+            raise TypeError(f"before_step must be a step's name (a str) or None, got {before_step!r}")
+        journal = await asyncio.get_running_loop().run_in_executor(None, journal_file.read, path)
+        self._check_open()
+        st, lsn = self._rt.import_run(journal, workflow_id, before_step)
+        run_id = st.run_id
+        await self._durable(st.shard, lsn)
+        return RunHandle(self, st.id, run_id)
 
     async def export(self, workflow_id: str, path: str | os.PathLike[str]) -> int:
         """Writes the durable journal of the workflow's current run to ``path`` (a ``.fjnl`` file).

@@ -218,15 +218,18 @@ class _Api:
                 offset = max(offset, int(last))
             except ValueError:
                 raise BadRequest(f"Last-Event-ID must be a stream offset, got {last!r}", "Last-Event-ID") from None
+        pinned = _int_param(request, "run_id", 0, 1, 1 << 62) or None
         await self.exists(wid)
         engine = self.engine
 
         async def events() -> AsyncIterator[bytes]:
-            at = offset
+            at, run_id = offset, pinned
             while True:
                 try:
-                    chunks, nxt, ended = await self.call(
-                        functools.partial(engine.read_stream_batch, wid, name, at, wait=STREAM_POLL))
+                    # One connection follows one run: the first answer's, or the one asked for.
+                    b = await self.call(
+                        functools.partial(engine.stream_batch, wid, name, at, wait=STREAM_POLL, run_id=run_id))
+                    chunks, nxt, ended, run_id = b.chunks, b.next_offset, b.ended, b.run_id
                 except errors.FuseeError as e:
                     data = json.dumps({"type": type(e).__name__, "message": str(e)})
                     yield f"event: error\ndata: {data}\n\n".encode()
@@ -238,7 +241,8 @@ class _Api:
                     yield f"id: {at + i + 1}\nevent: chunk\ndata: {json.dumps(chunk)}\n\n".encode()
                 at = nxt
                 if ended:
-                    yield f"event: end\ndata: {json.dumps({'offset': at})}\n\n".encode()
+                    end = {"offset": at, "status": b.end_status, "run_id": run_id}
+                    yield f"event: end\ndata: {json.dumps(end)}\n\n".encode()
                     return
 
         return StreamingResponse(events(), media_type="text/event-stream",

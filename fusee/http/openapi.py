@@ -102,10 +102,14 @@ def document() -> dict[str, Any]:
         "/api/runs/{workflow_id}/streams/{name}": {
             "get": _op("Follow a stream as Server-Sent Events (Engine.read_stream_batch)",
                        {"description": "Events 'chunk' (data: the chunk as JSON; id: the offset after it), "
-                                       "then 'end' (data: {offset}). Reconnect with Last-Event-ID.",
+                                       "then 'end' (data: {offset, status, run_id}; status 'ok', 'failed', "
+                                       "...). One connection follows one run (run_id pins it; an 'error' "
+                                       "event RunNotCurrent once another run is current). Reconnect with "
+                                       "Last-Event-ID.",
                         "content": {"text/event-stream": {"schema": {"type": "string"}}}},
                        params=[_ID, _path("name"),
-                               {"name": "offset", "in": "query", "schema": {"type": "integer", "minimum": 0}}]),
+                               {"name": "offset", "in": "query", "schema": {"type": "integer", "minimum": 0}},
+                               {"name": "run_id", "in": "query", "schema": {"type": "integer", "minimum": 1}}]),
         },
         "/api/runs/{workflow_id}/signal": _action("Send a signal (Engine.signal)", schemas.SignalRequest),
         "/api/runs/{workflow_id}/query": _action(

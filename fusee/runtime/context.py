@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 
     from fusee.core import journal as jm
     from fusee.retry import Retry
+    from fusee.runtime.streams import StepStream
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -137,7 +138,7 @@ class StepInfo:
         heartbeat: Callable[[Any], None],
         cancel_requested: Callable[[], bool] = lambda: False,
         token: str | None = None,
-        stream: Callable[[str], Any] | None = None,
+        stream: Callable[[str], StepStream] | None = None,
     ) -> None:
         self.name = name
         self._stream = stream
@@ -161,11 +162,13 @@ class StepInfo:
         """
         self._heartbeat(progress)
 
-    def stream(self, name: str) -> Any:
+    def stream(self, name: str) -> StepStream:
         """A stream this step writes (``.write(chunk)``, ``.close()``), also from a thread.
 
         Running again, the step continues after the chunks its earlier attempts
-        recorded; its result completes the stream. See ``engine.read_stream``.
+        recorded: ``.recorded`` says how many there are (reading it makes the next
+        write the one after them), or the step writes them again and they are
+        checked and dropped. Its result completes the stream. See ``engine.read_stream``.
         """
         if self._stream is None:
             raise RuntimeError("this StepInfo has no stream: it belongs to no running step")
@@ -363,6 +366,14 @@ class Ctx:
     def is_replaying(self) -> bool:
         """True while the code re-executes operations its journal already holds."""
         return self._run.machine.is_replaying()
+
+    @property
+    def journal_size(self) -> int:
+        """How many operations (steps, timers, waits, values, children, ...) this run's code
+        has started so far. The same on every replay, so the code may decide on it: a
+        long-lived workflow continues as new (``ctx.continue_as_new``) once its history
+        grows past a bound, and the next run starts from 0."""
+        return self._run.machine.journal_size()
 
     # --- operations -----------------------------------------------------
 

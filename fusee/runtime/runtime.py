@@ -783,6 +783,38 @@ class Runtime:
                  target.id, rid, len(records), wid, cut)
         return target, lsn
 
+    def import_run(
+        self, journal: list[rec.Record], new_id: str | None, before_step: str | None
+    ) -> tuple[WorkflowState, int]:
+        """A new run (of ``new_id``, or the journal's own workflow ID) from an exported
+        journal, cut before the first step named ``before_step`` (else all of it but its
+        ending): it replays what the journal holds and runs live from there. Returns the
+        new run's state and the LSN to await before acknowledging."""
+        start = journal[0] if journal else None
+        if not isinstance(start, rec.Start):
+            raise ValueError("the journal does not begin with its run's Start record: it is no run's journal")
+        wid = start.id if new_id is None else new_id
+        if wid in self.wf:
+            raise AlreadyExists(f"workflow '{wid}' exists already: import the journal under a new "
+                                "workflow_id, or into another engine directory")
+        wdef = self.definition(start.wtype, start.version)
+        if wdef is None:
+            raise self.unregistered(start.wtype, start.version)
+        if before_step is not None:
+            prefix, later = reset_journal.split(journal, reset_journal.find_cut(journal, before_step, None))
+        else:
+            prefix, later = [r for r in journal if not isinstance(r, rec.Done)], []
+        target = self.wf[wid] = WorkflowState(wid, shard_of(wid, self.shards))
+        rid = self.new_run_id()
+        # No parent here (the one it had lives in the other engine), and the time is this engine's.
+        new_start = msgspec.structs.replace(start, run=rid, id=wid, started_ms=self.env.now_ms(), parent=None)
+        records: list[rec.Record] = [new_start, *reset_journal.renumber(prefix[1:], rid)]
+        records += [msgspec.structs.replace(sig, run=rid) for sig in later]
+        lsn = self.adopt(target, records)
+        log.info("workflow %r: new run %d imported from %d records of run %d of %r",
+                 wid, rid, len(records), start.run, start.id)
+        return target, lsn
+
     def adopt(self, target: WorkflowState, records: list[rec.Record]) -> int:
         """Journals ``records`` (a Start and what follows it) as ``target``'s current run and
         replays it, as recovery would; returns the LSN to await before acknowledging."""

@@ -4,13 +4,16 @@ Workflow code writes with ``ctx.stream(name)``; a step's function with
 ``info.stream(name)``. Chunks are journal records: a reader sees only durable
 ones, in order, never changed, and one end. A step that runs again (a retry,
 or after a crash) continues after the chunks its earlier attempts recorded:
-its writes of those offsets are checked against what was recorded and
-dropped. A step's result completes the streams it wrote.
+either it reads ``recorded`` (how many there are) and writes only the ones
+after them, or it writes them all again and its writes of the recorded offsets
+are checked against what was recorded and dropped. A step's result completes
+the streams it wrote.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -86,6 +89,20 @@ class StepStream:
         ][: opened.recorded]
         self._skipped = 0
 
+    @property
+    def recorded(self) -> int:
+        """How many chunks earlier attempts of this step recorded on this stream (0 on a
+        first attempt). Reading it means this attempt continues after them: its next
+        ``write`` is chunk ``recorded`` of the stream, not a repeat of the first one."""
+        self._skipped = len(self._recorded)
+        return len(self._recorded)
+
+    @property
+    def recorded_chunks(self) -> list[Any]:
+        """The values of those recorded chunks, in order (a step that continues after them
+        may need them to build its result). Reading it does not change what ``write`` does."""
+        return [codec.decode(p) for p in self._recorded]
+
     def write(self, chunk: Any) -> None:
         """Appends ``chunk`` (a JSON value). A step running again continues after its
         recorded chunks: rewriting one of them must give the same value (else StreamError)."""
@@ -130,16 +147,42 @@ def _on_loop(loop: asyncio.AbstractEventLoop, fn: Callable[[], Any]) -> Any:
     return asyncio.run_coroutine_threadsafe(call(), loop).result()
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class StreamBatch:
+    """One answer of a stream read (:meth:`fusee.Engine.stream_batch`).
+
+    ``chunks`` are the durable chunks of run ``run_id``'s stream from ``offset``;
+    ``next_offset`` is where to read next. ``end_status`` is None while the
+    stream goes on, else how it ended: ``"ok"`` (closed, or its step or run
+    succeeded), ``"failed"`` (its step or run failed), ``"cancelled"``,
+    ``"timed_out"``, ``"terminated"`` or ``"continued"`` (the run handed over
+    to a next run by continue-as-new without closing it). Once it is set,
+    ``chunks`` held every chunk up to the end.
+    """
+
+    workflow_id: str
+    run_id: int
+    offset: int
+    chunks: list[Any]
+    next_offset: int
+    end_status: str | None
+
+    @property
+    def ended(self) -> bool:
+        """The stream ended and no chunk comes after ``next_offset``."""
+        return self.end_status is not None
+
+
 def durable_chunks(
     journal: list[rec.Record], lsns: list[int], durable: int, name: str, offset: int, start: int = 0
-) -> tuple[list[Any], int, bool, int]:
-    """(chunk values from ``offset``, the next offset, whether the stream ended, where to
-    look next time), durable ones only. ``start`` is a journal index no later than the
+) -> tuple[list[Any], int, rec.Status | None, int]:
+    """(chunk values from ``offset``, the next offset, how the stream ended or None, where
+    to look next time), durable ones only. ``start`` is a journal index no later than the
     chunk at ``offset`` (what an earlier call returned): a follower reads each record once."""
     if sabotage.active.stream_shows_nondurable:
         durable = 1 << 62  # every appended record counts as durable
     chunks: list[Any] = []
-    ended = False
+    ended: rec.Status | None = None
     nxt = offset
     i = start
     n = len(journal)
@@ -154,7 +197,7 @@ def durable_chunks(
                 chunks.append(codec.decode(r.payload))  # type: ignore[union-attr]
                 nxt = r.offset + 1  # type: ignore[union-attr]
         elif t is rec.StreamEnd and r.stream == name:  # type: ignore[union-attr]
-            ended = True
-        elif t is rec.Done:
-            ended = True  # the run ended: nothing more comes
+            ended = r.status  # type: ignore[union-attr]
+        elif t is rec.Done and ended is None:
+            ended = r.status  # type: ignore[union-attr]  # the run ended: nothing more comes
     return chunks, nxt, ended, i

@@ -51,6 +51,7 @@ from fusee.flow.rules import Receipt
 from fusee.limits import Limit, LimitStatus
 from fusee.objects import ObjectDef
 from fusee.runtime.runtime import IF_FINISHED, IF_RUNNING
+from fusee.runtime.streams import StreamBatch
 from fusee.scale import wire
 from fusee.scale.owner import HELD_HERE, dir_key, open_owner
 from fusee.scale.places import DirectoryPlace, Place, WaitingLease
@@ -580,20 +581,31 @@ class Follower(Engine):
         return [rec.decode(b) for b in got]
 
     async def read_stream_batch(
-        self, workflow_id: str, name: str, offset: int = 0, *, wait: Any = None
+        self, workflow_id: str, name: str, offset: int = 0, *, wait: Any = None, run_id: int | None = None
     ) -> tuple[list[Any], int, bool]:
         """See :meth:`fusee.Engine.read_stream_batch`."""
-        data, nxt, ended = await self._route(
-            "read_stream", [self._check_id(workflow_id), name, offset, _secs(wait)], safe=True)
-        return codec.decode(data), nxt, ended
+        b = await self.stream_batch(workflow_id, name, offset, wait=wait, run_id=run_id)
+        return b.chunks, b.next_offset, b.ended
 
-    async def read_stream(self, workflow_id: str, name: str, offset: int = 0) -> AsyncIterator[Any]:
-        """See :meth:`fusee.Engine.read_stream`."""
+    async def stream_batch(
+        self, workflow_id: str, name: str, offset: int = 0, *, wait: Any = None, run_id: int | None = None
+    ) -> StreamBatch:
+        """See :meth:`fusee.Engine.stream_batch`."""
+        wid = self._check_id(workflow_id)
+        data, nxt, _ended, run, end = await self._route(
+            "read_stream", [wid, name, offset, _secs(wait), run_id], safe=True)
+        return StreamBatch(wid, run, offset, codec.decode(data), nxt, end)
+
+    async def read_stream(
+        self, workflow_id: str, name: str, offset: int = 0, *, run_id: int | None = None
+    ) -> AsyncIterator[Any]:
+        """See :meth:`fusee.Engine.read_stream` (it follows one run)."""
         while True:
-            chunks, offset, ended = await self.read_stream_batch(workflow_id, name, offset, wait=30.0)
-            for chunk in chunks:
+            b = await self.stream_batch(workflow_id, name, offset, wait=30.0, run_id=run_id)
+            run_id, offset = b.run_id, b.next_offset
+            for chunk in b.chunks:
                 yield chunk
-            if ended:
+            if b.ended:
                 return
 
     async def export(self, workflow_id: str, path: str | os.PathLike[str]) -> int:

@@ -159,9 +159,10 @@ async def _journal(eng: Engine, wid: str) -> Any:
     return [rec.encode(r) for r in await eng.journal(wid)]
 
 
-async def _read_stream(eng: Engine, wid: str, name: str, offset: int, wait: float | None) -> Any:
-    chunks, nxt, ended = await eng.read_stream_batch(wid, name, offset, wait=wait)
-    return [codec.encode(chunks), nxt, ended]
+async def _read_stream(eng: Engine, wid: str, name: str, offset: int, wait: float | None,
+                       run_id: int | None = None) -> Any:
+    b = await eng.stream_batch(wid, name, offset, wait=wait, run_id=run_id)
+    return [codec.encode(b.chunks), b.next_offset, b.ended, b.run_id, b.end_status]
 
 
 async def _checkpoint(eng: Engine) -> Any:

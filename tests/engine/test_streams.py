@@ -141,3 +141,116 @@ async def test_a_waiting_stream_reader_hears_engine_closed_when_the_log_fails_or
             await asyncio.wait_for(reader, 30)
     finally:
         await engine.close()
+
+
+SAMPLED: list[tuple[int, int, list[Any]]] = []
+
+
+def sampled(info: fusee.StepInfo) -> list[str]:
+    """A model call sampled anew on each attempt: it cannot rewrite the chunks an earlier
+    attempt recorded, so it continues after them."""
+    out = info.stream("tokens")
+    start = out.recorded
+    prefix = out.recorded_chunks
+    SAMPLED.append((info.attempt, start, prefix))
+    words = [f"a{info.attempt}-{i}" for i in range(start, 4)]
+    for i, word in enumerate(words):
+        out.write(word)
+        if info.attempt == 1 and i == 1:
+            raise ConnectionError("the model dropped the connection")
+    return [str(w) for w in prefix] + words
+
+
+@fusee.workflow("sampler")
+async def sampler(ctx: fusee.Ctx) -> list[str]:
+    return list(await ctx.step("sample", sampled, retry=fusee.Retry(attempts=2, initial="1ms")))
+
+
+async def test_a_retried_step_continues_after_the_recorded_prefix(tmp_path: Path) -> None:
+    SAMPLED.clear()
+    async with fusee.Engine.open(tmp_path, workflows=[sampler]) as engine:
+        result = await asyncio.wait_for(engine.execute(sampler, "s-1"), 30)
+        # The second attempt learned that two chunks were recorded and wrote only the rest.
+        assert [(a, n) for a, n, _ in SAMPLED] == [(1, 0), (2, 2)]
+        assert SAMPLED[1][2] == ["a1-0", "a1-1"]
+        assert result == ["a1-0", "a1-1", "a2-2", "a2-3"]
+        assert await collect(engine, "s-1", "tokens") == result
+        chunks = [r for r in await engine.journal("s-1") if isinstance(r, rec.Chunk)]
+        assert [(c.offset, c.attempt) for c in chunks] == [(0, 1), (1, 1), (2, 2), (3, 2)]
+
+
+next_run = fusee.signal("next_run", bool)
+
+
+@fusee.workflow("chain")
+async def chain(ctx: fusee.Ctx, n: int) -> str:
+    s = ctx.stream("s")
+    for word in (["a", "b"] if n == 1 else ["x", "y", "z"]):
+        await s.write(f"{word}{n}")
+    if n == 1:
+        await ctx.wait_for(next_run)
+        await ctx.continue_as_new(2)
+    return "done"
+
+
+async def test_a_pinned_reader_does_not_read_the_next_runs_chunks_after_continue_as_new() -> None:
+    async with fusee.Engine.open(workflows=[chain]) as engine:
+        await engine.start(chain, "c-1", 1)
+        first = await engine.stream_batch("c-1", "s", 0, wait="5s")
+        while first.next_offset < 2:
+            first = await engine.stream_batch("c-1", "s", 0, wait="5s")
+        assert first.chunks == ["a1", "b1"] and first.end_status is None
+        assert first.workflow_id == "c-1" and first.run_id == engine.describe("c-1").run_id
+        # A follower of run 1 waits at offset 2; run 1 hands over to run 2, which writes 3 chunks.
+        follower = asyncio.ensure_future(collect_pinned(engine, "c-1", 2))
+        while not engine._rt.stream_readers:  # the follower read run 1 and waits for more
+            await asyncio.sleep(0)
+        await engine.signal("c-1", next_run, True)
+        assert await asyncio.wait_for(engine.get("c-1").result(), 10) == "done"
+        with pytest.raises(fusee.RunNotCurrent) as info:
+            await asyncio.wait_for(follower, 10)
+        assert info.value.run_id == first.run_id and info.value.current_run_id not in (0, first.run_id)
+        with pytest.raises(fusee.RunNotCurrent, match="offset 0"):
+            await engine.stream_batch("c-1", "s", 2, run_id=first.run_id)
+        # Unpinned, a read names the run it read.
+        now = await engine.stream_batch("c-1", "s", 0)
+        assert now.run_id == info.value.current_run_id
+        assert (now.chunks, now.next_offset, now.end_status) == (["x2", "y2", "z2"], 3, "ok")
+        assert await engine.read_stream_batch("c-1", "s", 0, run_id=now.run_id) == (["x2", "y2", "z2"], 3, True)
+        with pytest.raises(ValueError, match="run_id"):
+            await engine.stream_batch("c-1", "s", 0, run_id=0)
+
+
+async def collect_pinned(engine: fusee.Engine, wid: str, offset: int) -> list[Any]:
+    return [c async for c in engine.read_stream(wid, "s", offset)]
+
+
+def breaks(info: fusee.StepInfo) -> None:
+    info.stream("out").write("half")
+    raise ValueError("the model broke")
+
+
+@fusee.workflow("ends")
+async def ends(ctx: fusee.Ctx, fail_run: bool) -> str:
+    log = ctx.stream("log")
+    await log.write("start")
+    try:
+        await ctx.step("breaks", breaks)
+    except fusee.StepFailed:
+        pass
+    if fail_run:
+        raise RuntimeError("the run gives up")
+    await log.close()
+    return "ok"
+
+
+async def test_a_stream_ended_by_a_failure_reports_its_status() -> None:
+    async with fusee.Engine.open(workflows=[ends]) as engine:
+        assert await engine.execute(ends, "e-1", False) == "ok"
+        b = await engine.stream_batch("e-1", "out")
+        assert (b.chunks, b.end_status, b.ended) == (["half"], "failed", True)
+        assert (await engine.stream_batch("e-1", "log")).end_status == "ok"
+        with pytest.raises(fusee.WorkflowFailed):
+            await engine.execute(ends, "e-2", True)
+        b = await engine.stream_batch("e-2", "log", 1)
+        assert (b.chunks, b.offset, b.next_offset, b.end_status) == ([], 1, 1, "failed")

@@ -175,6 +175,12 @@ async def test_stream_as_server_sent_events(engine: fusee.Engine) -> None:
         assert events[0] == 'id: 1\nevent: chunk\ndata: "order for acme"'
         assert events[1] == 'id: 2\nevent: chunk\ndata: "approved"'
         assert events[2].startswith("event: end")
+        run_id = engine.describe("o-1").run_id
+        assert json.loads(events[2].split("data: ", 1)[1]) == {"offset": 2, "status": "ok", "run_id": run_id}
+        r = await c.get(f"/api/runs/o-1/streams/log?run_id={run_id + 1}")
+        assert "event: error" in r.text and "RunNotCurrent" in r.text
+        r = await c.get("/api/runs/o-1/streams/log?run_id=0")
+        assert r.status_code == 400
         r = await c.get("/api/runs/o-1/streams/log", headers={"Last-Event-ID": "1"})
         assert r.text.split("\n\n")[0] == 'id: 2\nevent: chunk\ndata: "approved"'
 

@@ -161,8 +161,16 @@ async def gated(ctx: fusee.Ctx) -> str:
     except fusee.Cancelled:
         return await ctx.step("refund", lambda: "refunded")
 
+@fusee.workflow("streamer")
+async def streamer(ctx: fusee.Ctx) -> str:
+    s = ctx.stream("s")
+    await s.write(1)
+    await s.write(2)
+    await s.close()
+    return "streamed"
+
 async def main():
-    engine = await fusee.Engine.open(sys.argv[1], workflows=[boom, ok, counter, tally, gated])
+    engine = await fusee.Engine.open(sys.argv[1], workflows=[boom, ok, counter, tally, gated, streamer])
     print("ready", flush=True)
     await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
     await engine.close()
@@ -201,6 +209,34 @@ async def bump(ctx: fusee.ObjectCtx[int], by: int) -> int:
 @fusee.workflow("gated")
 async def gated(ctx: fusee.Ctx) -> str:
     raise AssertionError("runs in the owner only")
+
+
+@fusee.workflow("streamer")
+async def streamer(ctx: fusee.Ctx) -> str:
+    raise AssertionError("runs in the owner only")
+
+
+def test_stream_reads_through_a_follower_name_their_run_and_end(tmp_path: Path) -> None:
+    p = _owner(tmp_path)
+    try:
+        async def main() -> None:
+            async with fusee.Engine.open(tmp_path, workflows=[streamer]) as engine:
+                assert not engine.is_owner
+                h = await engine.start(streamer, "s-1")
+                assert await h.result() == "streamed"
+                b = await engine.stream_batch("s-1", "s", 0, wait=5)
+                assert (b.workflow_id, b.run_id, b.chunks, b.next_offset, b.end_status) == (
+                    "s-1", h.run_id, [1, 2], 2, "ok")
+                assert await engine.read_stream_batch("s-1", "s", 1, run_id=h.run_id) == ([2], 2, True)
+                assert [c async for c in engine.read_stream("s-1", "s")] == [1, 2]
+                with pytest.raises(fusee.RunNotCurrent) as info:
+                    await engine.stream_batch("s-1", "s", 0, run_id=h.run_id + 1)
+                assert info.value.current_run_id == h.run_id
+
+        asyncio.run(main())
+    finally:
+        p.communicate("\n", timeout=60)
+    assert p.returncode == 0
 
 
 def _owner(d: Path) -> subprocess.Popen[str]:

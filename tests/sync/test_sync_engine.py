@@ -141,8 +141,13 @@ def test_read_stream_is_an_iterator_and_export_writes_the_journal(tmp_path: Path
             assert [r.result() for r in readers] == [[0, 1, 2, 3, 4], [2, 3, 4], [4]]
         h.signal(go, 1)
         assert h.result(timeout=60) == "done"
+        b = engine.stream_batch("s", "out", 3)
+        assert (b.run_id, b.chunks, b.next_offset, b.end_status) == (h.run_id, [3, 4], 5, "ok")
+        assert list(engine.read_stream("s", "out", 4, run_id=h.run_id)) == [4]
         n = engine.export("s", tmp_path / "s.fjnl")
         assert n == len(engine.journal("s")) > 0
+        imported = engine.import_journal(tmp_path / "s.fjnl", "s3")
+        assert imported.workflow_id == "s3" and imported.result(timeout=60) == "done"
         forked = engine.fork("s", "s2", before_position=0)
         assert forked.workflow_id == "s2"
         assert list(engine.read_stream("s2", "out")) == [0, 1, 2, 3, 4]
