@@ -18,6 +18,7 @@ from fusee.definitions import (
     workflow,
 )
 from fusee.encryption import AesGcmCodec, Codec
+from fusee.engine.bulk import BulkResult
 from fusee.engine.engine import AuditEntry, Engine, RunHandle, RunSummary
 from fusee.engine.visibility import Metrics, RunPage, ShardMetrics
 from fusee.errors import (
@@ -53,6 +54,7 @@ from fusee.errors import (
     TelemetryUnavailable,
     UnknownLimit,
     UnknownSignal,
+    UnknownStatus,
     UnknownWorkflow,
     UpdateFailed,
     WorkflowCancelled,
@@ -83,6 +85,7 @@ __all__ = [
     "AlreadyExists",
     "AuditEntry",
     "Batch",
+    "BulkResult",
     "Busy",
     "Cancelled",
     "ChildHandle",
@@ -139,6 +142,7 @@ __all__ = [
     "TelemetryUnavailable",
     "UnknownLimit",
     "UnknownSignal",
+    "UnknownStatus",
     "UnknownWorkflow",
     "UpdateDef",
     "UpdateFailed",
