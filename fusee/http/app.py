@@ -682,6 +682,28 @@ def app(engine: fusee.Engine, token: str | None = None, *, allowed_hosts: Sequen
         return JSONResponse({"fusee": fusee.__version__ if hasattr(fusee, "__version__") else None,
                              "api": "/api", "openapi": "/openapi.json"})
 
+    async def healthz(request: Request) -> Response:
+        # Liveness: this process answers HTTP (its engine may still be opening or failed).
+        return JSONResponse({"status": "ok"})
+
+    async def readyz(request: Request) -> Response:
+        # Readiness: the engine is open and its log has not failed, so calls can be acknowledged.
+        async def check() -> str | None:
+            try:
+                engine._check_open()
+            except errors.FuseeError as e:
+                return f"{type(e).__name__}: {e}"
+            failure = engine.failure
+            return None if failure is None else f"the log failed: {failure}"
+
+        try:
+            why = await on_engine(engine, check)
+        except RuntimeError as e:  # the engine's loop is gone
+            why = f"the engine's loop does not answer: {e}"
+        if why is not None:
+            return JSONResponse({"status": "not ready", "reason": why}, status_code=503)
+        return JSONResponse({"status": "ready"})
+
     async def no_action(request: Request) -> Response:
         what = param(request, "action")
         if what in RUN_ACTIONS or what in RUN_READS:
@@ -722,6 +744,8 @@ def app(engine: fusee.Engine, token: str | None = None, *, allowed_hosts: Sequen
     routes: list[BaseRoute] = [
         Route("/", index),
         Route("/openapi.json", spec),
+        Route("/healthz", healthz, methods=["GET"]),
+        Route("/readyz", readyz, methods=["GET"]),
         Mount("/api", app=RawPath(Router(api_routes))),
     ]
     if ui is not None:

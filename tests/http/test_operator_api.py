@@ -137,3 +137,21 @@ async def test_bulk_from_another_site_is_refused(engine: fusee.Engine) -> None:
                          headers={"Content-Type": "text/plain"})
         assert r.status_code == 415
     assert all(engine.describe(f"o-{i}").status == "running" for i in range(3))
+
+
+async def test_healthz_and_readyz_answer_without_the_token(tmp_path: Path) -> None:
+    engine = await fusee.Engine.open(tmp_path / "e", workflows=ops_app.WORKFLOWS)
+    served = app(engine, token="s3cret")
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=served), base_url="http://127.0.0.1:8233") as c:
+        r = await c.get("/healthz")
+        assert r.status_code == 200 and r.json() == {"status": "ok"}
+        r = await c.get("/readyz")
+        assert r.status_code == 200 and r.json() == {"status": "ready"}
+        assert (await c.get("/api/metrics")).status_code == 401  # the rest still needs the token
+        r = await c.get("/readyz", headers={"Host": "evil.example"})
+        assert r.status_code == 400  # the Host check applies to probes too
+        await engine.close()
+        r = await c.get("/readyz")
+        assert r.status_code == 503 and r.json()["status"] == "not ready"
+        assert "EngineClosed" in r.json()["reason"]
+        assert (await c.get("/healthz")).status_code == 200
