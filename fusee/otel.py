@@ -15,6 +15,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import contextvars
+import logging
 import threading
 import time
 import weakref
@@ -36,6 +37,8 @@ from fusee.runtime.tokens import parse_token
 if TYPE_CHECKING:
     from fusee.engine.visibility import Metrics
     from fusee.runtime.telemetry import TracedRun
+
+logger = logging.getLogger("fusee")
 
 #: The instrumentation scope of every span and instrument.
 SCOPE = "fusee"
@@ -101,6 +104,7 @@ class _Instruments:
     (an instrument is created once per provider; its callbacks read every live engine)."""
 
     def __init__(self, meter_provider: Any) -> None:
+        self.provider = meter_provider
         meter = otel_metrics.get_meter(SCOPE, _version(), meter_provider=meter_provider)
         #: Every live engine reporting here (replaced, never changed in place: readers on
         #: other threads iterate it without a lock).
@@ -226,7 +230,16 @@ class OTelTelemetry:
                 self._instruments.sources = {**self._instruments.sources, id(self): self}
 
     def close(self) -> None:
-        """The engine closed: its gauges stop reporting; attempts still open end as abandoned."""
+        """The engine closed: its counters are exported one last time (a push exporter's
+        next period would not see them), then its gauges stop reporting; attempts still
+        open end as abandoned."""
+        if self._instruments is not None:
+            flush = getattr(self._instruments.provider, "force_flush", None)
+            if callable(flush):
+                try:
+                    flush(int(_SNAPSHOT_TIMEOUT_S * 1000))
+                except Exception as e:  # an exporter's failure must not fail the close
+                    logger.warning("telemetry: the final export of the counters failed: %s", e)
         self._closed = True
         if self._instruments is not None:
             with _instruments_lock:
@@ -387,6 +400,7 @@ class OTelTelemetry:
             kind=SpanKind.INTERNAL,
             attributes={
                 "fusee.workflow.id": run.workflow_id,
+                "fusee.workflow.type": run.machine.info.wtype,
                 "fusee.run.id": run.run_id,
                 "fusee.step.name": call.name if call is not None else "",
                 "fusee.step.position": seq,
