@@ -704,6 +704,21 @@ def app(engine: fusee.Engine, token: str | None = None, *, allowed_hosts: Sequen
             return JSONResponse({"status": "not ready", "reason": why}, status_code=503)
         return JSONResponse({"status": "ready"})
 
+    async def prometheus(request: Request) -> Response:
+        if importlib.util.find_spec("prometheus_client") is None:
+            return error_response(501, "PrometheusUnavailable", "/metrics needs prometheus_client: "
+                                  "pip install 'fusee[prometheus]' (GET /api/metrics answers JSON meanwhile)")
+        from fusee.http import prometheus as prom
+
+        async def snapshot() -> Any:
+            return engine.metrics()
+
+        try:
+            m = await on_engine(engine, snapshot)
+        except errors.FuseeError as e:
+            return error_response(503, type(e).__name__, str(e))
+        return Response(prom.render(m), media_type=prom.CONTENT_TYPE)
+
     async def no_action(request: Request) -> Response:
         what = param(request, "action")
         if what in RUN_ACTIONS or what in RUN_READS:
@@ -744,6 +759,7 @@ def app(engine: fusee.Engine, token: str | None = None, *, allowed_hosts: Sequen
     routes: list[BaseRoute] = [
         Route("/", index),
         Route("/openapi.json", spec),
+        Route("/metrics", prometheus, methods=["GET"]),
         Route("/healthz", healthz, methods=["GET"]),
         Route("/readyz", readyz, methods=["GET"]),
         Mount("/api", app=RawPath(Router(api_routes))),

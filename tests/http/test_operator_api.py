@@ -155,3 +155,28 @@ async def test_healthz_and_readyz_answer_without_the_token(tmp_path: Path) -> No
         assert r.status_code == 503 and r.json()["status"] == "not ready"
         assert "EngineClosed" in r.json()["reason"]
         assert (await c.get("/healthz")).status_code == 200
+
+
+async def test_metrics_in_the_prometheus_format(engine: fusee.Engine) -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    await _setup(engine)
+    async with client(engine) as c:
+        r = await c.get("/metrics")
+    assert r.status_code == 200, r.text
+    assert r.headers["content-type"].startswith("text/plain")
+    families = {f.name: f for f in text_string_to_metric_families(r.text)}
+    runs = {s.labels["status"]: s.value for s in families["fusee_runs"].samples}
+    assert runs["running"] == 3 and runs["paused"] == 1 and runs["ok"] == 0
+    assert families["fusee_steps_run"].type == "counter"
+    assert families["fusee_flushes"].samples[0].value >= 1
+
+
+async def test_prometheus_metrics_need_the_token(tmp_path: Path) -> None:
+    async with fusee.Engine.open(tmp_path / "e", workflows=ops_app.WORKFLOWS) as engine:
+        served = app(engine, token="s3cret")
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=served),
+                                     base_url="http://127.0.0.1:8233") as c:
+            assert (await c.get("/metrics")).status_code == 401
+            r = await c.get("/metrics", headers={"Authorization": "Bearer s3cret"})
+            assert r.status_code == 200 and "fusee_runs" in r.text
