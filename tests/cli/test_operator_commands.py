@@ -95,3 +95,46 @@ def test_bulk_counts_asks_and_acts_with_the_audit(tmp_path: Path) -> None:
         assert p.returncode == 2 and "name the runs" in p.stderr
         line = one_line_error(fusee_cmd("bulk", "resume", "--status", "paused", "--reason", "x", "--yes", *auth))
         assert "takes no reason" in line
+
+
+def test_serve_logs_the_engine_with_run_and_step_fields(tmp_path: Path) -> None:
+    import os
+    import time
+
+    import httpx
+
+    from tests.cli.test_commands import APP_DIR, free_port
+
+    port = free_port()
+    env = {**os.environ, "OPS_DIR": str(tmp_path / "served")}
+    env.pop("FUSEE_TOKEN", None)
+    proc = subprocess.Popen([FUSEE, "serve", "ops_app:make_engine", "--port", str(port), "--log-level", "info"],
+                            cwd=APP_DIR, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert proc.poll() is None, proc.communicate()[1]
+            try:
+                if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        r = httpx.post(f"{url}/api/runs", json={"workflow": "pauser", "workflow_id": "p-1"})
+        assert r.status_code == 201, r.text
+        while httpx.get(f"{url}/api/runs/p-1").json()["status"] != "paused":
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+    finally:
+        proc.terminate()
+        _, err = proc.communicate(timeout=30)
+    paused = [line for line in err.splitlines() if "paused after attempt" in line]
+    assert len(paused) == 1, err
+    assert " WARNING fusee: " in paused[0]
+    import re
+
+    assert re.search(r"retries it workflow_id='p-1' workflow='pauser' run_id=\d+ step='call'$", paused[0]), paused[0]
+    retried = [line for line in err.splitlines() if "failed (ConnectionError" in line and "retrying" in line]
+    assert retried and " INFO fusee: " in retried[0] and "step='call'" in retried[0]
