@@ -430,6 +430,13 @@ class OTelTelemetry:
         span.set_attribute("fusee.step.outcome", outcome)
         if error is not None:
             span.set_attribute("error.type", error)
+            # A failed attempt's "Type: message" (the runner notes it before reporting a retry
+            # or a pause): the span gets OpenTelemetry's exception event with the message.
+            call = run.steps.get(seq)
+            noted = getattr(call, "last_error", None)
+            if isinstance(noted, str) and noted.startswith(error + ": "):
+                span.add_event("exception", {"exception.type": error,
+                                             "exception.message": noted[len(error) + 2:]})
         if outcome in _ERROR_OUTCOMES:
             span.set_status(Status(StatusCode.ERROR, error or outcome))
         span.end()

@@ -584,3 +584,28 @@ async def test_the_counters_are_exported_one_last_time_at_close_and_step_spans_n
     finally:
         tracer_provider.shutdown()
         meter_provider.shutdown()
+
+
+_flaky_calls: list[int] = []
+
+
+def _flaky_once() -> str:
+    _flaky_calls.append(1)
+    if len(_flaky_calls) == 1:
+        raise ConnectionError("the ledger is down")
+    return "ok"
+
+
+@fusee.workflow("tel-flaky")
+async def tel_flaky(ctx: fusee.Ctx) -> str:
+    return await ctx.step("post", _flaky_once, retry=fusee.Retry(attempts=2, initial="1ms"))
+
+
+async def test_a_failed_attempt_span_carries_an_exception_event_with_the_message(otel: Otel) -> None:
+    _flaky_calls.clear()
+    async with fusee.Engine.open(workflows=[tel_flaky], telemetry=otel.config) as engine:
+        assert await engine.execute(tel_flaky, "fl-1") == "ok"
+    failed = otel.one("fusee.step", **{"fusee.step.outcome": "retry"})
+    events = [(e.name, dict(e.attributes or {})) for e in failed.events]
+    assert events == [("exception", {"exception.type": "ConnectionError", "exception.message": "the ledger is down"})]
+    assert otel.one("fusee.step", **{"fusee.step.outcome": "ok"}).events == ()
