@@ -19,6 +19,7 @@ from fusee.definitions import (
     workflow,
 )
 from fusee.encryption import AesGcmCodec, Codec
+from fusee.engine.bulk import BulkResult
 from fusee.engine.engine import AuditEntry, Engine, RunHandle, RunSummary
 from fusee.engine.visibility import Metrics, RunPage, ShardMetrics
 from fusee.errors import (
@@ -55,6 +56,7 @@ from fusee.errors import (
     TelemetryUnavailable,
     UnknownLimit,
     UnknownSignal,
+    UnknownStatus,
     UnknownWorkflow,
     UpdateFailed,
     WorkflowCancelled,
@@ -88,6 +90,7 @@ __all__ = [
     "Backup",
     "BackupStatus",
     "Batch",
+    "BulkResult",
     "Busy",
     "Cancelled",
     "ChildHandle",
@@ -146,6 +149,7 @@ __all__ = [
     "TelemetryUnavailable",
     "UnknownLimit",
     "UnknownSignal",
+    "UnknownStatus",
     "UnknownWorkflow",
     "UpdateDef",
     "UpdateFailed",

@@ -318,6 +318,19 @@ class InvalidQuery(FuseeError, ValueError):
         super().__init__(f"invalid query at position {position} (near {near!r}): {message}")
 
 
+class UnknownStatus(InvalidQuery):
+    """A ``status`` in a query (``where status = ...``, ``--status``) that no run can have.
+
+    ``known`` lists the statuses there are (``fusee.engine.visibility.STATUSES``);
+    the message names them: pick one of those.
+    """
+
+    def __init__(self, status: str, known: tuple[str, ...], query: str, position: int) -> None:
+        self.status = status
+        self.known = known
+        super().__init__(f"unknown status {status!r}: use one of {', '.join(known)}", query, position)
+
+
 class HistoryUnavailable(FuseeError):
     """The engine was opened with ``keep_history=False`` and the run has ended: only its
     start and ending are kept, so what needs its whole journal (a query answered from

@@ -15,6 +15,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import contextvars
+import logging
 import threading
 import time
 import weakref
@@ -36,6 +37,8 @@ from fusee.runtime.tokens import parse_token
 if TYPE_CHECKING:
     from fusee.engine.visibility import Metrics
     from fusee.runtime.telemetry import TracedRun
+
+logger = logging.getLogger("fusee")
 
 #: The instrumentation scope of every span and instrument.
 SCOPE = "fusee"
@@ -101,6 +104,7 @@ class _Instruments:
     (an instrument is created once per provider; its callbacks read every live engine)."""
 
     def __init__(self, meter_provider: Any) -> None:
+        self.provider = meter_provider
         meter = otel_metrics.get_meter(SCOPE, _version(), meter_provider=meter_provider)
         #: Every live engine reporting here (replaced, never changed in place: readers on
         #: other threads iterate it without a lock).
@@ -230,7 +234,16 @@ class OTelTelemetry:
                 self._instruments.sources = {**self._instruments.sources, id(self): self}
 
     def close(self) -> None:
-        """The engine closed: its gauges stop reporting; attempts still open end as abandoned."""
+        """The engine closed: its counters are exported one last time (a push exporter's
+        next period would not see them), then its gauges stop reporting; attempts still
+        open end as abandoned."""
+        if self._instruments is not None:
+            flush = getattr(self._instruments.provider, "force_flush", None)
+            if callable(flush):
+                try:
+                    flush(int(_SNAPSHOT_TIMEOUT_S * 1000))
+                except Exception as e:  # an exporter's failure must not fail the close
+                    logger.warning("telemetry: the final export of the counters failed: %s", e)
         self._closed = True
         if self._instruments is not None:
             with _instruments_lock:
@@ -391,6 +404,7 @@ class OTelTelemetry:
             kind=SpanKind.INTERNAL,
             attributes={
                 "fusee.workflow.id": run.workflow_id,
+                "fusee.workflow.type": run.machine.info.wtype,
                 "fusee.run.id": run.run_id,
                 "fusee.step.name": call.name if call is not None else "",
                 "fusee.step.position": seq,
@@ -420,6 +434,13 @@ class OTelTelemetry:
         span.set_attribute("fusee.step.outcome", outcome)
         if error is not None:
             span.set_attribute("error.type", error)
+            # A failed attempt's "Type: message" (the runner notes it before reporting a retry
+            # or a pause): the span gets OpenTelemetry's exception event with the message.
+            call = run.steps.get(seq)
+            noted = getattr(call, "last_error", None)
+            if isinstance(noted, str) and noted.startswith(error + ": "):
+                span.add_event("exception", {"exception.type": error,
+                                             "exception.message": noted[len(error) + 2:]})
         if outcome in _ERROR_OUTCOMES:
             span.set_status(Status(StatusCode.ERROR, error or outcome))
         span.end()

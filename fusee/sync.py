@@ -24,6 +24,7 @@ from fusee import telemetry as telemetry_config
 from fusee.core import records as rec
 from fusee.definitions import QueryDef, SignalDef, UpdateDef, WorkflowDef
 from fusee.encryption import Codec
+from fusee.engine.bulk import BulkResult
 from fusee.engine.engine import DEFAULT_CLOSE_GRACE, Engine, RunHandle, RunSummary
 from fusee.engine.visibility import Metrics, RunPage
 from fusee.errors import EngineClosed, EngineForked, WrongEventLoop
@@ -500,6 +501,11 @@ class SyncEngine:
         """Resumes the run's paused steps with a fresh retry budget."""
         self._run(self._engine.resume, workflow_id, by=by)
 
+    def bulk(self, action: str, where: str, **options: Any) -> BulkResult:
+        """Makes ``action`` on every run ``where`` matches, or counts them with
+        ``dry_run=True`` (see :meth:`fusee.Engine.bulk` for the options)."""
+        return self._run(self._engine.bulk, action, where, **options)
+
     def complete(self, token: str, value: Any = None, *, by: str | None = None) -> bool:
         """Completes a ``ctx.await_completion`` (see :meth:`fusee.Engine.complete`)."""
         return self._run(self._engine.complete, token, value, by=by)
@@ -665,9 +671,14 @@ class SyncEngine:
         """Every workflow the engine knows, in the order they were first seen."""
         return self._call(self._engine.runs)
 
-    def list(self, where: str | None = None, limit: int = 100, cursor: str | None = None) -> RunPage:
+    def list(self, where: str | None = None, limit: int = 100, cursor: str | None = None, *,
+             order: str = "oldest") -> RunPage:
         """A page of workflows matching ``where`` (see :meth:`fusee.Engine.list`)."""
-        return self._call(self._engine.list, where, limit, cursor)
+        return self._call(self._engine.list, where, limit, cursor, order=order)
+
+    def counts(self, where: str | None = None) -> dict[str, int]:
+        """How many workflows match ``where``, by status (see :meth:`fusee.Engine.counts`)."""
+        return self._call(self._engine.counts, where)
 
     def metrics(self) -> Metrics:
         """Per-shard counts, step, flush and queue figures (see :meth:`fusee.Engine.metrics`)."""

@@ -122,6 +122,13 @@ def page(p: Any) -> dict[str, Any]:
     return {"items": [summary(s) for s in p.items], "cursor": p.cursor}
 
 
+def bulk(r: Any) -> dict[str, Any]:
+    """A :class:`fusee.BulkResult` as JSON."""
+    return {"action": r.action, "where": r.where, "dry_run": r.dry_run, "matched": r.matched,
+            "workflow_ids": list(r.workflow_ids), "done": list(r.done), "failed": dict(r.failed),
+            "remaining": r.remaining}
+
+
 def metrics(m: Any) -> dict[str, Any]:
     """A :class:`fusee.Metrics` as JSON (its fields as they are)."""
     return dataclasses.asdict(m)

@@ -17,6 +17,9 @@ from typing import Any, NoReturn
 import click
 
 from fusee import errors
+from fusee.engine.bulk import ACTIONS as BULK_ACTIONS
+from fusee.engine.bulk import MAX_BULK
+from fusee.engine.visibility import STATUSES
 
 #: Environment variables that stand for --url and --token.
 URL_ENV = "FUSEE_URL"
@@ -75,7 +78,7 @@ def _target(args: tuple[str, ...], url: str | None, token: str | None, names: tu
 
 
 #: The commands that change runs: they need --url.
-ACTIONS = ("start", "signal", "query", "cancel", "terminate", "resume", "reset", "fork", "complete")
+ACTIONS = ("start", "signal", "query", "cancel", "terminate", "resume", "reset", "fork", "complete", "bulk")
 #: The subcommands that change schedules and limits: they need --url too.
 GROUP_ACTIONS = {("schedules", op) for op in ("pause", "unpause", "trigger", "backfill", "delete")} | {
     ("limits", "set")}
@@ -118,31 +121,57 @@ def cli() -> None:
     """
 
 
+def _filters(fn: Any) -> Any:
+    """The options that select runs, shared by runs, count and bulk."""
+    for option in reversed([
+        click.option("--where", help="A query: status = 'paused' and attrs.customer = 'acme' (see docs/api.md)."),
+        click.option("--status", "statuses", multiple=True, type=click.Choice(STATUSES, case_sensitive=False),
+                     help="Only runs with this status (repeatable)."),
+        click.option("--workflow", "workflows", multiple=True, help="Only runs of this workflow type (repeatable)."),
+        click.option("--attr", "attrs", multiple=True, metavar="KEY=VALUE", help="Only runs with this attribute."),
+        click.option("--since", metavar="DURATION", callback=_check_since,
+                     help="Only runs started in the last DURATION (15m, 1h, 2d): started_at > now() - DURATION."),
+    ]):
+        fn = option(fn)
+    return fn
+
+
+def _check_since(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    from fusee import durations
+
+    if value is None:
+        return None
+    try:
+        durations.parse(value)
+    except errors.InvalidDuration:
+        raise click.BadParameter(f"{value!r} is not a duration such as 15m, 1h or 2d") from None
+    return value.replace(" ", "")
+
+
 @cli.command()
 @click.argument("target", required=False)
 @_url
 @_token
-@click.option("--where", help="A query: status = 'running' and attrs.customer = 'acme' (see docs/api.md).")
-@click.option("--status", "statuses", multiple=True, help="Only runs with this status (repeatable).")
-@click.option("--workflow", "workflows", multiple=True, help="Only runs of this workflow type (repeatable).")
-@click.option("--attr", "attrs", multiple=True, metavar="KEY=VALUE", help="Only runs with this attribute.")
+@_filters
+@click.option("--newest", is_flag=True, help="Newest first (the last seen first).")
 @click.option("--limit", type=click.IntRange(1, 10_000), default=50, show_default=True, help="Runs per page.")
 @click.option("--cursor", help="Continue after the page that printed this cursor.")
 @click.option("--all", "every", is_flag=True, help="Follow the cursors: every matching run.")
 @_json
 def runs(target: str | None, url: str | None, token: str | None, where: str | None,
-         statuses: tuple[str, ...], workflows: tuple[str, ...], attrs: tuple[str, ...], limit: int,
-         cursor: str | None, every: bool, as_json: bool) -> None:
-    """List runs, oldest first, a page at a time."""
+         statuses: tuple[str, ...], workflows: tuple[str, ...], attrs: tuple[str, ...], since: str | None,
+         newest: bool, limit: int, cursor: str | None, every: bool, as_json: bool) -> None:
+    """List runs, oldest first (--newest: newest first), a page at a time."""
     from fusee.cli import render
 
-    query = _where(where, statuses, workflows, attrs)
+    query = _where(where, statuses, workflows, attrs, since)
+    order = "newest" if newest else "oldest"
     t, _ = _target((target,) if target else (), url, token, ())
     try:
-        page = t.list(query, limit, cursor)
+        page = t.list(query, limit, cursor, order)
         items = list(page["items"])
         while every and page["cursor"]:
-            page = t.list(query, limit, page["cursor"])
+            page = t.list(query, limit, page["cursor"], order)
             items.extend(page["items"])
     finally:
         t.close()
@@ -160,14 +189,16 @@ def _quote(value: str) -> str:
 
 
 def _where(where: str | None, statuses: tuple[str, ...], workflows: tuple[str, ...],
-           attrs: tuple[str, ...]) -> str | None:
+           attrs: tuple[str, ...], since: str | None = None) -> str | None:
     """The filters as one where query (``--where`` alone is passed as written: the positions
     its errors name are the user's)."""
-    if where and not (statuses or workflows or attrs):
+    if where and not (statuses or workflows or attrs or since):
         return where
     parts = [f"({where})"] if where else []
     if statuses:
-        parts.append(f"status in ({', '.join(_quote(s) for s in statuses)})")
+        parts.append(f"status in ({', '.join(_quote(s.lower()) for s in statuses)})")
+    if since:
+        parts.append(f"started_at > now() - {since}")
     if workflows:
         parts.append(f"workflow in ({', '.join(_quote(w) for w in workflows)})")
     for a in attrs:
@@ -185,6 +216,39 @@ def _is_number(text: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+@cli.command()
+@click.argument("target", required=False)
+@_url
+@_token
+@_filters
+@_json
+def count(target: str | None, url: str | None, token: str | None, where: str | None,
+          statuses: tuple[str, ...], workflows: tuple[str, ...], attrs: tuple[str, ...], since: str | None,
+          as_json: bool) -> None:
+    """How many runs match the filters, by status."""
+    from fusee.cli import render
+
+    query = _where(where, statuses, workflows, attrs, since)
+    t, _ = _target((target,) if target else (), url, token, ())
+    try:
+        counts = t.counts(query)
+    finally:
+        t.close()
+    if as_json:
+        render.print_json({"where": query, "counts": counts})
+        return
+    from rich.table import Table
+
+    table = Table(show_header=True, box=None)
+    table.add_column("status")
+    table.add_column("runs", justify="right")
+    for status, n in counts.items():
+        if n:
+            table.add_row(status, str(n))
+    table.add_row("total", str(sum(counts.values())))
+    render.console().print(table)
 
 
 @cli.command()
@@ -449,6 +513,68 @@ def complete(token_: str, value: str | None, url: str | None, token: str | None,
     if not answer["completed"] and not as_json:
         _fail("not completed: the operation was completed already, the token is stale, or the run ended")
     _done(answer, "completed", as_json)
+
+
+@cli.command()
+@click.argument("action", type=click.Choice(BULK_ACTIONS))
+@_url
+@_token
+@_filters
+@click.option("--dry-run", is_flag=True, help="Only count the runs it would act on.")
+@click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
+@click.option("--limit", type=click.IntRange(1, MAX_BULK), default=MAX_BULK, show_default=True,
+              help="Runs acted on by this request (the server's bound); the rest are reported as remaining.")
+@click.option("--by", help="Who asks (journaled for the audit).")
+@click.option("--reason", help="cancel, terminate: why (journaled).")
+@click.option("--signal", "signal_name", metavar="NAME", help="signal: the signal's name.")
+@click.option("--value", help="signal: its value (JSON; other text is a string).")
+@click.option("--before-step", help="reset: cut before the first step of this name.")
+@click.option("--before-position", type=click.IntRange(0), help="reset: cut before this journal position.")
+@click.option("--reapply-signals/--drop-signals", default=None,
+              help="reset: deliver again the signals that arrived after the cut (default: yes).")
+@_json
+def bulk(action: str, url: str | None, token: str | None, where: str | None, statuses: tuple[str, ...],
+         workflows: tuple[str, ...], attrs: tuple[str, ...], since: str | None, dry_run: bool, yes: bool,
+         limit: int, by: str | None, reason: str | None, signal_name: str | None, value: str | None,
+         before_step: str | None, before_position: int | None, reapply_signals: bool | None,
+         as_json: bool) -> None:
+    """ACTION (cancel, terminate, resume, signal, reset) every run the filters match (--url).
+
+    Counts them first (a dry run) and asks before acting, unless --yes."""
+    query = _where(where, statuses, workflows, attrs, since)
+    if not query:
+        raise click.UsageError("name the runs: give --where, --status, --workflow, --attr or --since")
+    body: dict[str, Any] = {"where": query, "limit": limit, "by": by, "reason": reason, "signal": signal_name,
+                            "value": _value(value, "value"), "before_step": before_step,
+                            "before_position": before_position, "reapply_signals": reapply_signals}
+    body = {k: v for k, v in body.items() if v is not None}
+    api = _api(url, token, f"bulk {action}")
+    try:
+        dry = api.request("POST", f"/api/bulk/{action}", {**body, "dry_run": True})
+        if dry_run:
+            _done(dry, f"{action} would apply to {dry['matched']} run(s) matching {query}"
+                  + (f" ({limit} per request)" if dry["matched"] > limit else ""), as_json)
+            return
+        if dry["matched"] == 0:
+            _done(dry, f"no run matching {query} to {action}", as_json)
+            return
+        if not yes:
+            shown = ", ".join(dry["workflow_ids"][:5]) + (", ..." if dry["matched"] > 5 else "")
+            if not click.confirm(f"{action} {min(dry['matched'], limit)} run(s) matching {query} ({shown})?",
+                                 err=True):
+                _fail(f"bulk {action} not confirmed: nothing was changed")
+        answer = api.request("POST", f"/api/bulk/{action}", body)
+    finally:
+        api.close()
+    message = f"{action}: done for {len(answer['done'])} run(s)"
+    if answer["failed"]:
+        message += f", refused by {len(answer['failed'])}: " + "; ".join(
+            f"{wid}: {why}" for wid, why in list(answer["failed"].items())[:5])
+    if answer["remaining"]:
+        message += f"; {answer['remaining']} more match: run it again"
+    _done(answer, message, as_json)
+    if answer["failed"] and not as_json:
+        sys.exit(1)
 
 
 # --- journal files ------------------------------------------------------------------------

@@ -30,7 +30,10 @@ class Target:
     #: A directory that another process has open (its log may have grown since the read).
     live: bool = False
 
-    def list(self, where: str | None, limit: int, cursor: str | None) -> dict[str, Any]:
+    def list(self, where: str | None, limit: int, cursor: str | None, order: str = "oldest") -> dict[str, Any]:
+        raise NotImplementedError
+
+    def counts(self, where: str | None) -> dict[str, int]:
         raise NotImplementedError
 
     def describe(self, workflow_id: str) -> dict[str, Any]:
@@ -70,8 +73,12 @@ class Directory(Target):
             raise
         self.live = self._engine.live
 
-    def list(self, where: str | None, limit: int, cursor: str | None) -> dict[str, Any]:
-        return views.page(self._engine.list(where, limit=limit, cursor=cursor))
+    def list(self, where: str | None, limit: int, cursor: str | None, order: str = "oldest") -> dict[str, Any]:
+        return views.page(self._engine.list(where, limit=limit, cursor=cursor, order=order))
+
+    def counts(self, where: str | None) -> dict[str, int]:
+        counts: dict[str, int] = self._engine.counts(where)
+        return counts
 
     def describe(self, workflow_id: str) -> dict[str, Any]:
         return views.summary(self._engine.describe(workflow_id))
@@ -186,13 +193,19 @@ class Api(Target):
             return r.json()
         return r.content
 
-    def list(self, where: str | None, limit: int, cursor: str | None) -> dict[str, Any]:
+    def list(self, where: str | None, limit: int, cursor: str | None, order: str = "oldest") -> dict[str, Any]:
         params: dict[str, Any] = {"limit": limit}
         if where:
             params["where"] = where
         if cursor:
             params["cursor"] = cursor
+        if order != "oldest":
+            params["order"] = order
         out: dict[str, Any] = self.request("GET", "/api/runs", params=params)
+        return out
+
+    def counts(self, where: str | None) -> dict[str, int]:
+        out: dict[str, int] = self.request("GET", "/api/counts", params={"where": where} if where else None)["counts"]
         return out
 
     def describe(self, workflow_id: str) -> dict[str, Any]:

@@ -32,6 +32,7 @@ from fusee.core import records as rec
 from fusee.definitions import QueryDef, SignalDef, UpdateDef, WorkflowDef
 from fusee.durations import to_ms
 from fusee.encryption import Codec, check_codec
+from fusee.engine import bulk as bulk_actions
 from fusee.engine import periodic, signals, visibility
 from fusee.engine.limit_api import LimitCalls
 from fusee.engine.object_api import ObjectCalls
@@ -123,7 +124,9 @@ class RunSummary:
     workflow_id: str
     run_id: int
     workflow: str
-    #: "running", "stuck", or how it ended: "ok", "failed", "cancelled", "terminated", ...
+    #: "running"; "retrying" (a step failed and waits for its next attempt); "paused" (a step's
+    #: retries ran out: it waits for a resume); "stuck"; or how it ended: "ok", "failed",
+    #: "cancelled", "timed_out", "terminated".
     status: str
     shard: int
     #: Why the run is stuck (status "stuck"), else None.
@@ -1173,6 +1176,44 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
         lsn = self._rt.terminate(wid, str(reason), _by(by))
         await self._durable(st.shard, lsn)
 
+    async def bulk(
+        self,
+        action: str,
+        where: str,
+        *,
+        dry_run: bool = False,
+        by: str | None = None,
+        limit: int = bulk_actions.MAX_BULK,
+        reason: str | None = None,
+        signal: SignalDef[Any] | str | None = None,
+        value: Any = None,
+        before_step: str | None = None,
+        before_position: int | None = None,
+        reapply_signals: bool | None = None,
+    ) -> bulk_actions.BulkResult:
+        """Makes ``action`` ("cancel", "terminate", "resume", "signal" or "reset") on every run
+        ``where`` matches, up to ``limit`` (at most 1,000) per call, oldest first.
+
+        ``dry_run=True`` only counts them (``matched``) and names the first
+        ``limit``: nothing is recorded. Otherwise each run gets what the single
+        call (:meth:`cancel`, :meth:`terminate`, :meth:`resume`, :meth:`signal`,
+        :meth:`reset`) would give it, with ``by`` journaled for the audit, and
+        this returns once every action is durable; a run that refuses (it ended
+        meanwhile, say) is named in ``failed`` and the others go on. Runs past
+        the bound are counted in ``remaining``: call again for them. The
+        action applies to unfinished runs (cancel, terminate, signal), paused
+        runs (resume) or any run (reset); runs of schedules, windows and keyed
+        objects are left out. ``reason`` goes with cancel and terminate,
+        ``signal``/``value`` with signal, ``before_step``/``before_position``/
+        ``reapply_signals`` with reset; ValueError names an option the action
+        does not take or a missing ``where``; :class:`fusee.InvalidQuery` a bad query.
+        """
+        self._check_open()
+        return await bulk_actions.bulk(
+            self, action, where, dry_run=bool(dry_run), by=by, limit=limit,
+            options={"reason": reason, "signal": signal, "value": value, "before_step": before_step,
+                     "before_position": before_position, "reapply_signals": reapply_signals})
+
     async def resume(self, workflow_id: str, *, by: str | None = None) -> None:
         """Resumes the run's paused steps (their retries ran out) with a fresh retry budget."""
         self._check_open()
@@ -1399,12 +1440,7 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
 
     def _summary(self, st: Any, detail: bool = False) -> RunSummary:
         stuck = self._rt.stuck.get(st.id)
-        if stuck is not None:
-            status = "stuck"
-        elif st.status is None or st.status == rec.Status.CONTINUED:
-            status = "running"
-        else:
-            status = st.status.name.lower()
+        status = visibility.status_of(self._rt, st)
         started, ended_ms = visibility.times_of(self._rt, st)
         attributes = self._rt.index.get(st.id)
         summary = RunSummary(
@@ -1428,14 +1464,18 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
         """
         return [self._summary(st) for st in self._rt.wf.values()]
 
-    def list(self, where: str | None = None, limit: int = 100, cursor: str | None = None) -> RunPage:
-        """A page of workflows matching ``where``, in the order the engine first saw them.
+    def list(self, where: str | None = None, limit: int = 100, cursor: str | None = None, *,
+             order: str = "oldest") -> RunPage:
+        """A page of workflows matching ``where``, in the order the engine first saw them
+        (``order="newest"``: the last seen first).
 
         ``where`` is a query (see docs/api.md), e.g. ``"workflow = 'order' and
-        attrs.customer = 'acme'"``; None lists every workflow. At most
-        ``limit`` (1 to 10,000) runs per page; pass ``page.cursor`` back to get
-        the next page (None: nothing after). Raises :class:`fusee.InvalidQuery`
-        naming the position of a mistake in ``where``.
+        attrs.customer = 'acme'"`` or ``"status = 'paused' and started_at >
+        now() - 1h"``; None lists every workflow. At most ``limit`` (1 to
+        10,000) runs per page; pass ``page.cursor`` back (with the same
+        ``order``) to get the next page (None: nothing after). Raises
+        :class:`fusee.InvalidQuery` naming the position of a mistake in
+        ``where`` (:class:`fusee.UnknownStatus` for a status no run has).
 
         An ``and`` with an ``attrs.<key> = value``, ``attrs.<key> in (...)`` or
         ``workflow_id = ...`` term answers from the attribute index (its time
@@ -1444,8 +1484,17 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
         fields and ``audit`` only by :meth:`describe`). Answers from memory,
         durable or not yet.
         """
-        states, next_cursor = visibility.select(self._rt, where, limit, cursor)
+        states, next_cursor = visibility.select(self._rt, where, limit, cursor, order)
         return RunPage([self._summary(st) for st in states], next_cursor)
+
+    def counts(self, where: str | None = None) -> dict[str, int]:
+        """How many workflows match ``where`` (as :meth:`list` takes it), by status: every
+        status of ``fusee.engine.visibility.STATUSES`` is a key, zeros included.
+
+        Walks what ``where`` selects (the whole table without an indexed term);
+        answers from memory. Raises :class:`fusee.InvalidQuery` as :meth:`list` does.
+        """
+        return visibility.counts(self._rt, where)
 
     def metrics(self) -> Metrics:
         """Per-shard counts (runs by status, parked, loaded), step, flush and queue figures.

@@ -11,19 +11,25 @@ The query language (documented in docs/api.md)::
     field      := workflow_id | workflow | status | run_id | shard
                 | started_at | ended_at | attrs.<key>
     literal    := 'text' | "text" | number | true | false | null
+                | now() [("-" | "+") duration]          (started_at, ended_at only)
 
 Keywords are case-insensitive; a quote inside a string is doubled (``'it''s'``).
 An absent attribute (or ``ended_at`` of a running run) is ``null``: ``= null``
 matches it, ``!= 'x'`` matches it, ``<``/``>`` never do. Ordering comparisons
 hold only between values of one kind (numbers with numbers, text with text).
 ``started_at``/``ended_at`` take an ISO 8601 time (``'2026-11-01T00:00:00Z'``;
-no zone means UTC).
+no zone means UTC) or a time relative to the engine's clock when the query
+runs (``now() - 1h``; a duration as in ``fusee.durations``: ``90s``, ``1h30m``).
+``status`` takes one of :data:`STATUSES`; another value raises
+:class:`fusee.errors.UnknownStatus` naming them.
 
 Plan: an ``and`` of the whole query with ``attrs.k = <scalar>``, ``attrs.k in
 (...)`` or ``workflow_id = '...'`` looks up the attribute index (the smallest
 candidate set wins) and checks the rest of the query on those candidates only;
 any other query reads every workflow (``started_at``/``ended_at`` read each
-candidate's journal, so combine them with an indexed term at scale).
+candidate's journal, so combine them with an indexed term at scale; telling
+``paused`` and ``retrying`` from ``running`` reads an unfinished run's journal
+once, then a cache keyed by the journal's version answers).
 """
 
 from __future__ import annotations
@@ -31,14 +37,16 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import itertools
+import weakref
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from fusee import durations
 from fusee.backup.uploader import BackupStatus
 from fusee.core import records as rec
-from fusee.errors import InvalidQuery
+from fusee.errors import InvalidDuration, InvalidQuery, UnknownStatus
 from fusee.runtime import sealing
 from fusee.runtime.index import value_key
 
@@ -48,6 +56,13 @@ if TYPE_CHECKING:
 
 #: The most runs one page of :meth:`Engine.list` may hold.
 MAX_LIMIT = 10_000
+
+#: Every status a run may show, as ``RunSummary.status``, ``where status = ...`` and the
+#: counts name them: unfinished (``running``; ``retrying``: a step failed and waits for its next
+#: attempt; ``paused``: a step's retries ran out and it waits for a resume; ``stuck``), then ended.
+STATUSES = ("running", "retrying", "paused", "stuck", "ok", "failed", "cancelled", "timed_out", "terminated")
+#: The orders :meth:`Engine.list` pages in: first seen first, or last seen first.
+ORDERS = ("oldest", "newest")
 
 _KEYWORDS = ("and", "or", "not", "in", "true", "false", "null")
 _OPS = ("!=", "<>", "<=", ">=", "=", "<", ">")
@@ -74,7 +89,8 @@ class ShardMetrics:
     """What one shard holds right now."""
 
     shard: int
-    #: Workflows by status ("running", "stuck", "ok", "failed", "cancelled", ...).
+    #: Workflows by status (of :data:`STATUSES`: "running", "retrying", "paused", "stuck", "ok", ...;
+    #: a status no workflow has is left out).
     runs: dict[str, int]
     #: Unfinished runs whose code is out of memory (they replay when something arrives).
     parked: int
@@ -164,7 +180,9 @@ def _tokenize(text: str) -> list[_Tok]:
                 try:
                     num = float(word)
                 except ValueError:
-                    raise InvalidQuery(f"{word!r} is not a number", text, i) from None
+                    toks.append(_Tok("dur", _duration(word, text, i), i))
+                    i = j
+                    continue
             toks.append(_Tok("num", num, i))
             i = j
         elif c.isalpha() or c == "_":
@@ -175,6 +193,9 @@ def _tokenize(text: str) -> list[_Tok]:
             low = word.lower()
             toks.append(_Tok(low, low, i) if low in _KEYWORDS else _Tok("name", word, i))
             i = j
+        elif c in "+-":
+            toks.append(_Tok("sign", c, i))  # of a duration after now(): now() - 1h
+            i += 1
         else:
             for op in _OPS:
                 if text.startswith(op, i):
@@ -185,6 +206,26 @@ def _tokenize(text: str) -> list[_Tok]:
                 raise InvalidQuery(f"unexpected character {c!r}", text, i)
     toks.append(_Tok("end", None, n))
     return toks
+
+
+def _duration(word: str, text: str, pos: int) -> int:
+    """A signed duration token (``1h``, ``-90s``) in milliseconds."""
+    body = word.lstrip("+-")
+    if not body or (not body[0].isdigit() and body[0] != "."):
+        raise InvalidQuery(f"{word!r} is not a number", text, pos)
+    try:
+        ms = durations.parse(body)
+    except InvalidDuration:
+        raise InvalidQuery(f"{word!r} is not a number nor a duration such as 90s, 15m, 1h30m or 2d",
+                           text, pos) from None
+    return -ms if word.startswith("-") else ms
+
+
+@dataclasses.dataclass(frozen=True)
+class Now:
+    """``now() + offset_ms`` in a query: the engine's clock when the query runs."""
+
+    offset_ms: int
 
 
 # The parsed query: ("and", [q...]) | ("or", [q...]) | ("not", q)
@@ -291,8 +332,29 @@ class _Parser:
                 "started_at, ended_at or attrs.<key>", self.text, t.pos)
         return low
 
+    def now(self, field: str) -> Now:
+        self.i += 1
+        self.take("(", "'(' after now")
+        self.take(")", "')': now() takes nothing")
+        t = self.peek()
+        if t.kind == "sign":
+            self.i += 1
+            d = self.take("dur", "a duration after now() " + t.value + " (such as 15m, 1h or 2d)")
+            if d.value < 0 or self.text[d.pos] in "+-":
+                raise InvalidQuery("write one sign: now() - 1h", self.text, d.pos)
+            return Now(-d.value if t.value == "-" else d.value)
+        if t.kind == "dur" and self.text[t.pos] in "+-":  # now()-1h: the sign went with the number
+            self.i += 1
+            return Now(t.value)
+        return Now(0)
+
     def literal(self, field: str) -> Any:
         t = self.peek()
+        if t.kind == "name" and t.value.lower() == "now" and field in ("started_at", "ended_at"):
+            return self.now(field)
+        if t.kind == "dur":
+            raise InvalidQuery(f"a duration is compared only as now() - {self.text[t.pos:].split()[0].lstrip('+-')} "
+                               "(with started_at or ended_at)", self.text, t.pos)
         if t.kind == "str" or t.kind == "num":
             value: Any = t.value
         elif t.kind in ("true", "false", "null"):
@@ -306,8 +368,8 @@ class _Parser:
             return value
         if field in ("started_at", "ended_at"):
             if not isinstance(value, str):
-                raise InvalidQuery(f"{field} compares with an ISO time such as '2026-11-01T00:00:00Z'",
-                                   self.text, t.pos)
+                raise InvalidQuery(f"{field} compares with an ISO time such as '2026-11-01T00:00:00Z' "
+                                   "or with now() - 1h", self.text, t.pos)
             return _parse_time(value, self.text, t.pos)
         if field in ("run_id", "shard"):
             if isinstance(value, bool) or not isinstance(value, int):
@@ -315,6 +377,10 @@ class _Parser:
             return value
         if not isinstance(value, str):
             raise InvalidQuery(f"{field} compares with text in quotes", self.text, t.pos)
+        if field == "status":
+            if value.lower() not in STATUSES:
+                raise UnknownStatus(value, STATUSES, self.text, t.pos)
+            return value.lower()
         return value
 
 
@@ -341,12 +407,61 @@ def parse(where: str) -> Node:
 
 
 def status_of(rt: Runtime, st: WorkflowState) -> str:
-    """The status ``RunSummary`` shows: "running", "stuck", or how the run ended."""
+    """The status ``RunSummary`` shows: one of :data:`STATUSES`."""
     if st.id in rt.stuck:
         return "stuck"
     if st.status is None or st.status == rec.Status.CONTINUED:
-        return "running"
+        return _unfinished(rt, st)
     return st.status.name.lower()
+
+
+#: Record tags that open or close a failed attempt: Step, Attempt, Resume, Awaiting, Completed.
+_ATTEMPT_TAGS = frozenset({1, 2, 3, 18, 19})
+#: Per runtime: workflow ID -> (the journal's version, its status), so that a listing or the
+#: metrics read an unfinished run's journal once, not at every call.
+_halts: weakref.WeakKeyDictionary[Any, dict[str, tuple[Any, str]]] = weakref.WeakKeyDictionary()
+
+
+def _unfinished(rt: Runtime, st: WorkflowState) -> str:
+    """"running", "retrying" or "paused", from the run's attempts that no result or resume closed."""
+    # A packed journal is replaced, never changed, and a loaded one only grows: either names its version.
+    version: Any = st.packed if st.packed is not None else (st.run_id, len(st.journal))
+    cache = _halts.get(rt)
+    if cache is None:
+        cache = _halts[rt] = {}
+    elif len(cache) > 2 * len(rt.wf) + 1024:
+        # Runs that ended or left the table since: drop them (amortised over many calls).
+        wf = rt.wf
+        cache = _halts[rt] = {k: v for k, v in cache.items() if (x := wf.get(k)) is not None and x.running}
+    found = cache.get(st.id)
+    if found is not None and (found[0] is version or found[0] == version):
+        return found[1]
+    status = _halt(_attempt_records(st))
+    cache[st.id] = (version, status)
+    return status
+
+
+def _attempt_records(st: WorkflowState) -> Iterable[rec.Record]:
+    if st.packed is None:
+        return st.journal
+    items = msgspec.msgpack.decode(st.packed, type=list[tuple[int, bytes]])
+    # Only attempt-related kinds are decoded: bytes 1 and 2 are the array header and the tag.
+    return (sealing.peek(data) for _, data in items
+            if len(data) < 3 or not 0x90 <= data[1] <= 0x9F or data[2] in _ATTEMPT_TAGS)
+
+
+def _halt(records: Iterable[rec.Record]) -> str:
+    open_: dict[int, bool] = {}  # position -> paused
+    for r in records:
+        t = type(r)
+        if t is rec.Attempt:
+            assert isinstance(r, rec.Attempt)
+            open_[r.seq] = r.retry_at_ms == rec.PAUSED
+        elif t is rec.Step or t is rec.Resume or t is rec.Awaiting or t is rec.Completed:
+            open_.pop(r.seq, None)  # type: ignore[union-attr]
+    if not open_:
+        return "running"
+    return "paused" if any(open_.values()) else "retrying"
 
 
 def times_of(rt: Runtime, st: WorkflowState) -> tuple[int | None, int | None]:
@@ -433,10 +548,15 @@ def compile_query(rt: Runtime, node: Node) -> Pred:
         return lambda st: not inner(st)
     get = _getter(rt, node[1])
     if kind == "in":
-        values = node[2]
+        values = [_resolve(rt, v) for v in node[2]]
         return lambda st: any(_same(get(st), v) for v in values)
-    op, value = _CMP[node[2]], node[3]
+    op, value = _CMP[node[2]], _resolve(rt, node[3])
     return lambda st: op(get(st), value)
+
+
+def _resolve(rt: Runtime, value: Any) -> Any:
+    """A literal's value when the query runs: ``now()`` reads the engine's clock once."""
+    return rt.env.now_ms() + value.offset_ms if isinstance(value, Now) else value
 
 
 def _candidates(rt: Runtime, node: Node) -> Iterable[str] | None:
@@ -467,13 +587,18 @@ def _candidates(rt: Runtime, node: Node) -> Iterable[str] | None:
 # --- listing ----------------------------------------------------------------
 
 
-def _parse_cursor(cursor: str) -> tuple[int, int]:
+def _parse_cursor(cursor: str, order: str) -> tuple[int, int]:
+    newest = isinstance(cursor, str) and cursor.startswith("n")
     try:
-        seen, pos = cursor.split(".")
-        return int(seen), int(pos)
+        seen, pos = (cursor[1:] if newest else cursor).split(".")
+        parsed = int(seen), int(pos)
     except (AttributeError, ValueError):
         raise InvalidQuery("not a cursor of Engine.list: pass page.cursor as it was returned",
                            str(cursor), 0) from None
+    if newest != (order == "newest"):
+        raise InvalidQuery(f"this cursor continues a listing in the other order: pass order={'newest' if newest else 'oldest'!r} "
+                           "with it, or start again without a cursor", cursor, 0)
+    return parsed
 
 
 def _after(rt: Runtime, seen: int, pos: int) -> Iterator[tuple[int, WorkflowState]]:
@@ -491,21 +616,67 @@ def _after(rt: Runtime, seen: int, pos: int) -> Iterator[tuple[int, WorkflowStat
     return ((i, st) for i, st in enumerate(values) if st.seen > seen)
 
 
-def select(
-    rt: Runtime, where: str | None, limit: int, cursor: str | None
-) -> tuple[list[WorkflowState], str | None]:
-    """The states of one page, in first-seen order, and the next page's cursor."""
-    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
-        raise ValueError(f"limit must be an int from 1 to {MAX_LIMIT}, got {limit!r}")
+def _before(rt: Runtime, seen: int, pos: int) -> Iterator[tuple[int, WorkflowState]]:
+    """The table's states before the one first seen as ``seen``, newest first (``pos`` is where
+    it was, counted from the newest)."""
+    values = reversed(rt.wf.values())
+    if seen == 0:
+        return enumerate(values)
+    if pos > 0:
+        # Fast path: nothing was added since, so it is still ``pos - 1`` from the end.
+        it = itertools.islice(values, pos - 1, None)
+        first = next(it, None)
+        if first is not None and first.seen == seen:
+            return enumerate(it, pos)
+    return ((i, st) for i, st in enumerate(reversed(rt.wf.values())) if st.seen < seen)
+
+
+def check_order(order: str) -> str:
+    if order not in ORDERS:
+        raise ValueError(f"order must be 'oldest' (first seen first) or 'newest', got {order!r}")
+    return order
+
+
+def matching(rt: Runtime, where: str | None) -> Iterator[WorkflowState]:
+    """Every state matching ``where``, in first-seen order (the index answers where it can)."""
     node = parse(where) if where is not None else None
     pred = compile_query(rt, node) if node is not None else None
-    seen, pos = _parse_cursor(cursor) if cursor is not None else (0, 0)
+    candidates = _candidates(rt, node) if node is not None else None
+    if candidates is not None:
+        states = [st for wid in candidates if (st := rt.wf.get(wid)) is not None]
+        states.sort(key=lambda s: s.seen)
+    else:
+        states = list(rt.wf.values())
+    return (st for st in states if pred is None or pred(st))
+
+
+def counts(rt: Runtime, where: str | None) -> dict[str, int]:
+    """How many runs match ``where``, by status (every status of :data:`STATUSES`, zeros too)."""
+    out = dict.fromkeys(STATUSES, 0)
+    for st in matching(rt, where):
+        out[status_of(rt, st)] += 1
+    return out
+
+
+def select(
+    rt: Runtime, where: str | None, limit: int, cursor: str | None, order: str = "oldest"
+) -> tuple[list[WorkflowState], str | None]:
+    """The states of one page, in first-seen order (``order="newest"``: last seen first), and
+    the next page's cursor."""
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
+        raise ValueError(f"limit must be an int from 1 to {MAX_LIMIT}, got {limit!r}")
+    newest = check_order(order) == "newest"
+    mark = "n" if newest else ""
+    node = parse(where) if where is not None else None
+    pred = compile_query(rt, node) if node is not None else None
+    seen, pos = _parse_cursor(cursor, order) if cursor is not None else (0, 0)
     out: list[WorkflowState] = []
     last_pos = 0
     candidates = _candidates(rt, node) if node is not None else None
     if candidates is not None:
-        states = [st for wid in candidates if (st := rt.wf.get(wid)) is not None and st.seen > seen]
-        states.sort(key=lambda s: s.seen)
+        states = [st for wid in candidates if (st := rt.wf.get(wid)) is not None
+                  and (seen == 0 or (st.seen < seen if newest else st.seen > seen))]
+        states.sort(key=lambda s: s.seen, reverse=newest)
         more = False
         for st in states:
             if pred is None or pred(st):
@@ -514,11 +685,11 @@ def select(
                     break
                 out.append(st)
         # Candidates carry no table position: the next page starts from the index again.
-        return out, (f"{out[-1].seen}.0" if more else None)
-    for i, st in _after(rt, seen, pos):
+        return out, (f"{mark}{out[-1].seen}.0" if more else None)
+    for i, st in (_before if newest else _after)(rt, seen, pos):
         if pred is None or pred(st):
             if len(out) == limit:
-                return out, f"{out[-1].seen}.{last_pos + 1}"
+                return out, f"{mark}{out[-1].seen}.{last_pos + 1}"
             out.append(st)
             last_pos = i
     return out, None
@@ -536,7 +707,7 @@ def metrics(rt: Runtime, committer: Any, backup: BackupStatus | None = None) -> 
         if st.id in stuck:
             status = "stuck"
         elif st.status is None or st.status == rec.Status.CONTINUED:
-            status = "running"
+            status = _unfinished(rt, st)
             if st.run is not None:
                 loaded[s] += 1
             elif st.packed is not None:

@@ -28,7 +28,9 @@ from starlette.types import ASGIApp
 
 import fusee
 from fusee import codec, errors, journal_file, objects, views
-from fusee.engine.visibility import MAX_LIMIT
+from fusee.engine.bulk import ACTIONS as BULK_ACTIONS
+from fusee.engine.bulk import MAX_BULK
+from fusee.engine.visibility import MAX_LIMIT, ORDERS
 from fusee.http import openapi, schemas
 from fusee.http.guard import DEFAULT_MAX_BODY, LOOPBACK_HOSTS, error_response, too_large
 from fusee.http.guard import middleware as guards
@@ -109,7 +111,7 @@ def _handler(field: str | None = None) -> Callable[[Handler], Handler]:
             except BadRequest as e:
                 return error_response(e.status, e.type, e.message, e.field)
             except errors.InvalidQuery as e:
-                return error_response(400, "InvalidQuery", str(e), "where")
+                return error_response(400, type(e).__name__, str(e), "where")
             except errors.UnknownWorkflow as e:
                 return error_response(400, "UnknownWorkflow", str(e), "workflow")
             except errors.InvalidWorkflowId as e:
@@ -180,13 +182,22 @@ class _Api:
         where = request.query_params.get("where") or None
         limit = _int_param(request, "limit", 100, 1, MAX_LIMIT)
         cursor = request.query_params.get("cursor") or None
+        order = request.query_params.get("order") or "oldest"
+        if order not in ORDERS:
+            raise BadRequest(f"order must be 'oldest' (first seen first) or 'newest', got {order!r}", "order")
         try:
-            page = await self.read(lambda: self.engine.list(where, limit=limit, cursor=cursor))
+            page = await self.read(lambda: self.engine.list(where, limit=limit, cursor=cursor, order=order))
         except errors.InvalidQuery as e:
             if cursor is not None and e.query == cursor and e.query != where:
                 raise BadRequest(str(e), "cursor", type="InvalidQuery") from None
             raise
         return JSONResponse(views.page(page))
+
+    @_handler("where")
+    async def counts(self, request: Request) -> Response:
+        where = request.query_params.get("where") or None
+        counts = await self.read(lambda: self.engine.counts(where))
+        return JSONResponse({"where": where, "counts": counts})
 
     @_handler()
     async def describe(self, request: Request) -> Response:
@@ -382,6 +393,34 @@ class _Api:
         except ValueError as e:  # a token that does not parse
             raise BadRequest(str(e), "token") from None
         return JSONResponse({"completed": done})
+
+    @_handler("where")
+    async def bulk(self, request: Request) -> Response:
+        action = param(request, "action")
+        if action not in BULK_ACTIONS:
+            raise BadRequest(f"no bulk action {action!r}: use one of {', '.join(BULK_ACTIONS)}", "path",
+                             status=404, type="NotFound")
+        body = await _body(request, schemas.BulkRequest)
+        if not body.where.strip():
+            raise BadRequest("where must name the runs (e.g. status = 'paused'); to act on every run, say so: "
+                             "workflow_id != ''", "where")
+        if not 1 <= body.limit <= MAX_BULK:
+            raise BadRequest(f"limit must be from 1 to {MAX_BULK}, got {body.limit}", "limit")
+        if body.before_position is not None and body.before_position < 0:
+            raise BadRequest("before_position must be >= 0", "before_position")
+        by = _who(body.by)
+        options = {"reason": body.reason, "signal": body.signal, "value": body.value,
+                   "before_step": body.before_step, "before_position": body.before_position,
+                   "reapply_signals": body.reapply_signals}
+        try:
+            result = await self.call(lambda: self.engine.bulk(
+                action, body.where, dry_run=body.dry_run, by=by, limit=body.limit, **options))
+        except ValueError as e:
+            if isinstance(e, errors.InvalidQuery):
+                raise
+            field = next((k for k in (*options, "where") if k in str(e)), "body")
+            raise BadRequest(str(e), field) from None
+        return JSONResponse(views.bulk(result))
 
     # --- schedules -----------------------------------------------------------------
 
@@ -647,6 +686,43 @@ def app(engine: fusee.Engine, token: str | None = None, *, allowed_hosts: Sequen
         return JSONResponse({"fusee": fusee.__version__ if hasattr(fusee, "__version__") else None,
                              "api": "/api", "openapi": "/openapi.json"})
 
+    async def healthz(request: Request) -> Response:
+        # Liveness: this process answers HTTP (its engine may still be opening or failed).
+        return JSONResponse({"status": "ok"})
+
+    async def readyz(request: Request) -> Response:
+        # Readiness: the engine is open and its log has not failed, so calls can be acknowledged.
+        async def check() -> str | None:
+            try:
+                engine._check_open()
+            except errors.FuseeError as e:
+                return f"{type(e).__name__}: {e}"
+            failure = engine.failure
+            return None if failure is None else f"the log failed: {failure}"
+
+        try:
+            why = await on_engine(engine, check)
+        except RuntimeError as e:  # the engine's loop is gone
+            why = f"the engine's loop does not answer: {e}"
+        if why is not None:
+            return JSONResponse({"status": "not ready", "reason": why}, status_code=503)
+        return JSONResponse({"status": "ready"})
+
+    async def prometheus(request: Request) -> Response:
+        if importlib.util.find_spec("prometheus_client") is None:
+            return error_response(501, "PrometheusUnavailable", "/metrics needs prometheus_client: "
+                                  "pip install 'fusee[prometheus]' (GET /api/metrics answers JSON meanwhile)")
+        from fusee.http import prometheus as prom
+
+        async def snapshot() -> Any:
+            return engine.metrics()
+
+        try:
+            m = await on_engine(engine, snapshot)
+        except errors.FuseeError as e:
+            return error_response(503, type(e).__name__, str(e))
+        return Response(prom.render(m), media_type=prom.CONTENT_TYPE)
+
     async def no_action(request: Request) -> Response:
         what = param(request, "action")
         if what in RUN_ACTIONS or what in RUN_READS:
@@ -668,6 +744,8 @@ def app(engine: fusee.Engine, token: str | None = None, *, allowed_hosts: Sequen
         *(Route(f"/runs/{{workflow_id}}/{action}", getattr(api, action), methods=["POST"])
           for action in RUN_ACTIONS),
         Route("/runs/{workflow_id}/{action}", no_action, methods=["GET", "POST"]),
+        Route("/counts", api.counts, methods=["GET"]),
+        Route("/bulk/{action}", api.bulk, methods=["POST"]),
         Route("/completions", api.complete, methods=["POST"]),
         Route("/metrics", api.metrics, methods=["GET"]),
         Route("/schedules", api.list_schedules, methods=["GET"]),
@@ -685,6 +763,9 @@ def app(engine: fusee.Engine, token: str | None = None, *, allowed_hosts: Sequen
     routes: list[BaseRoute] = [
         Route("/", index),
         Route("/openapi.json", spec),
+        Route("/metrics", prometheus, methods=["GET"]),
+        Route("/healthz", healthz, methods=["GET"]),
+        Route("/readyz", readyz, methods=["GET"]),
         Mount("/api", app=RawPath(Router(api_routes))),
     ]
     if ui is not None:

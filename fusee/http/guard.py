@@ -139,6 +139,15 @@ class WriteChecks:
         return None
 
 
+#: Liveness and readiness probes: answered without the token (they say nothing but "up" or
+#: "not ready"), since an orchestrator's probe often carries no credentials.
+PROBE_PATHS = frozenset({"/healthz", "/readyz"})
+
+
+def _probe(scope: Scope) -> bool:
+    return scope["type"] == "http" and scope["method"] in ("GET", "HEAD") and _route_path(scope) in PROBE_PATHS
+
+
 class TokenCheck:
     """Refuses every HTTP request without ``Authorization: Bearer <token>`` (401, JSON), before
     any handler runs. A browser sends the token as the ``fusee_token`` cookie instead: opening
@@ -149,7 +158,7 @@ class TokenCheck:
         self.token = token.encode()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] not in ("http", "websocket") or self._allowed(scope):
+        if scope["type"] not in ("http", "websocket") or self._allowed(scope) or _probe(scope):
             await self.app(scope, receive, send)
             return
         if scope["type"] == "http" and self._in_query(scope):

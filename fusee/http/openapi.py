@@ -7,6 +7,8 @@ from typing import Any
 
 import msgspec
 
+from fusee.engine.bulk import ACTIONS as BULK_ACTIONS
+from fusee.engine.bulk import MAX_BULK
 from fusee.http import schemas
 
 _REF = "#/components/schemas/{name}"
@@ -40,6 +42,9 @@ def _path(name: str) -> dict[str, Any]:
 
 
 _ID = _path("workflow_id")
+_WHERE = {"name": "where", "in": "query", "schema": {"type": "string"},
+          "description": "A query such as status = 'paused' and started_at > now() - 1h "
+                         "(an unknown status is refused as UnknownStatus)"}
 _SID = _path("schedule_id")
 _OBJ = [_path("object"), _path("key")]
 _CONFLICT = {"409": _json(schemas.Error, "The state no longer has the version if_version names: read it again.")}
@@ -71,9 +76,12 @@ def document() -> dict[str, Any]:
     paths: dict[str, Any] = {
         "/api/runs": {
             "get": _op("List runs matching a where query, a page at a time (Engine.list)",
-                       _json(schemas.RunPage, "A page of runs, oldest first."), params=[
-                           {"name": "where", "in": "query", "schema": {"type": "string"},
-                            "description": "A query such as status = 'running' and attrs.customer = 'acme'"},
+                       _json(schemas.RunPage, "A page of runs, oldest first (or newest first)."), params=[
+                           _WHERE,
+                           {"name": "order", "in": "query",
+                            "schema": {"type": "string", "enum": ["oldest", "newest"], "default": "oldest"},
+                            "description": "oldest: first seen first; newest: last seen first (pass the "
+                                           "same order with a cursor)"},
                            {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1,
                                                                         "maximum": 10000, "default": 100}},
                            {"name": "cursor", "in": "query", "schema": {"type": "string"},
@@ -128,6 +136,19 @@ def document() -> dict[str, Any]:
         "/api/runs/{workflow_id}/fork": _action(
             "Start new_id from the run's journal before a step, leaving the run alone (Engine.fork)",
             schemas.ForkRequest, schemas.Started, status="201"),
+        "/api/counts": {
+            "get": _op("How many runs match a where query, by status (Engine.counts)",
+                       _json(schemas.Counts, "Every status, zeros included."), params=[_WHERE]),
+        },
+        "/api/bulk/{action}": {
+            "post": _op(f"Cancel, terminate, resume, signal or reset every run a where query matches, at most "
+                        f"{MAX_BULK} per request; dry_run counts them and does nothing (Engine.bulk)",
+                        _json(schemas.BulkResult, "Counted (dry run), or done and durable for the runs in "
+                                                  "done; the others are in failed."),
+                        schemas.BulkRequest,
+                        [{"name": "action", "in": "path", "required": True,
+                          "schema": {"type": "string", "enum": list(BULK_ACTIONS)}}]),
+        },
         "/api/completions": {
             "post": _op("Complete or fail an await_completion by its token (Engine.complete)",
                         _json(schemas.Completed, "Whether it was completed (durable)."), schemas.CompleteRequest),

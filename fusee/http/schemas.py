@@ -150,6 +150,25 @@ def explain(text: str, kind: Any) -> tuple[str, str]:
     return f"{path or 'the body'}: {what}", top or "body"
 
 
+class BulkRequest(_Body):
+    """Make one action on every run ``where`` matches (``Engine.bulk``); ``dry_run`` only counts them."""
+
+    where: str
+    dry_run: bool = False
+    #: Runs acted on by this request, at most 1000: the rest are counted in ``remaining``.
+    limit: int = 1000
+    by: str | None = None
+    #: cancel, terminate: why (journaled).
+    reason: str | None = None
+    #: signal: its name and value.
+    signal: str | None = None
+    value: Any = None
+    #: reset: the cut, and whether signals after it are delivered again.
+    before_step: str | None = None
+    before_position: int | None = None
+    reapply_signals: bool | None = None
+
+
 # --- answers --------------------------------------------------------------------
 
 
@@ -221,6 +240,28 @@ class Accepted(msgspec.Struct, kw_only=True):
 class Completed(msgspec.Struct, kw_only=True):
     #: False: the operation was completed already, the token is stale or the run ended.
     completed: bool
+
+
+class Counts(msgspec.Struct, kw_only=True):
+    where: str | None
+    #: Runs matching ``where`` by status (every status is a key, zeros included).
+    counts: dict[str, int]
+
+
+class BulkResult(msgspec.Struct, kw_only=True):
+    action: str
+    where: str
+    dry_run: bool
+    #: Runs the query matched that the action applies to.
+    matched: int
+    #: The first ``limit`` of them: those a dry run would act on, or that this request acted on.
+    workflow_ids: list[str]
+    #: The runs the action is durable for.
+    done: list[str]
+    #: The runs that refused it, with the error ("Type: message").
+    failed: dict[str, str]
+    #: Matching runs past the bound, left for another request.
+    remaining: int
 
 
 class ShardMetrics(msgspec.Struct, kw_only=True):
@@ -354,9 +395,9 @@ class ObjectStateView(msgspec.Struct, kw_only=True):
 REQUESTS: tuple[type[_Body], ...] = (
     StartRequest, SignalRequest, QueryRequest, UpdateRequest, ReasonRequest, ResumeRequest,
     ResetRequest, ForkRequest, CompleteRequest, ScheduleRequest, Empty, BackfillRequest, SetLimitRequest, SetObjectStateRequest,
-    ClearObjectStateRequest, PatchObjectStateRequest,
+    ClearObjectStateRequest, PatchObjectStateRequest, BulkRequest,
 )
 ANSWERS: tuple[type[msgspec.Struct], ...] = (
-    Error, RunSummary, RunPage, Journal, Started, Result, Accepted, Completed, Metrics,
+    Error, RunSummary, RunPage, Journal, Started, Result, Accepted, Completed, Metrics, Counts, BulkResult,
     Schedule, ScheduleList, LimitView, LimitList, ObjectStateView,
 )

@@ -87,11 +87,13 @@ async def serve(factory: Any, *, host: str = DEFAULT_HOST, port: int = DEFAULT_P
     """
     import uvicorn
 
+    from fusee import logs
     from fusee.http.app import app
 
     check_bind(host, token)
     names = served_hosts(host, allowed_hosts)
     check_max_body(max_body)
+    logs.configure(log_level)  # the engine's own lines (recovery, retries, failures) with their run fields
     engine = await open_engine(factory)
     try:
         config = uvicorn.Config(app(engine, token=token, allowed_hosts=names, max_body=max_body), host=host,

@@ -44,7 +44,7 @@ from fusee.runtime.sealing import Sealer
 from fusee.runtime.snapshot import first_record, unpack
 from fusee.runtime.steps import StepRunner
 from fusee.runtime.table import WorkflowState, dedup_key, shard_of
-from fusee.runtime.telemetry import TelemetryHooks
+from fusee.runtime.telemetry import TelemetryHooks, log_fields
 from fusee.runtime.timers import (
     CHILD_DEADLINE,
     DEADLINE,
@@ -461,9 +461,11 @@ class Runtime:
         if status == rec.Status.FAILED:
             info = codec.decode_error(payload)
             error = info.type
-            log.warning("workflow %r: run %d failed: %s: %s", st.id, st.run_id, info.type, info.message)
+            log.warning("workflow %r: run %d failed: %s: %s", st.id, st.run_id, info.type, info.message,
+                        extra=log_fields(st.id, st.wtype, st.run_id))
         elif status != rec.Status.OK and status != rec.Status.CONTINUED:
-            log.info("workflow %r: run %d ended %s", st.id, st.run_id, name)
+            log.info("workflow %r: run %d ended %s", st.id, st.run_id, name,
+                     extra=log_fields(st.id, st.wtype, st.run_id))
         if tel is not None:
             tel.run_ended(name)
             if run is not None and run.span is not None:
@@ -1056,10 +1058,12 @@ class Runtime:
         if retry_at == rec.PAUSED:
             log.warning("workflow %r: step %r paused after attempt %d failed (%s: %s); "
                         "engine.resume(%r) retries it", run.workflow_id, call.name, call.attempt,
-                        type(error).__name__, error, run.workflow_id)
+                        type(error).__name__, error, run.workflow_id,
+                        extra=log_fields(run.workflow_id, run.machine.info.wtype, run.run_id, call.name))
         else:
             log.info("workflow %r: step %r attempt %d failed (%s: %s); retrying",
-                     run.workflow_id, call.name, call.attempt - 1, type(error).__name__, error)
+                     run.workflow_id, call.name, call.attempt - 1, type(error).__name__, error,
+                     extra=log_fields(run.workflow_id, run.machine.info.wtype, run.run_id, call.name))
         call.last_error = f"{type(error).__name__}: {error}"
 
     def on_durable(self, durable: list[int]) -> None:

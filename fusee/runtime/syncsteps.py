@@ -49,6 +49,8 @@ REPROBE_AFTER = 256
 MAX_DOUBLINGS = 4
 #: Functions remembered at most (a program that compiles code at run time must not grow this forever).
 MAX_FUNCTIONS = 8192
+#: A function's demotion is logged at INFO at most once per this many seconds (else at DEBUG).
+LOG_EVERY_S = 600
 
 # A function's state: probes left (> 0), INLINE (0), or pooled with executions
 # left before it is probed again (< 0).
@@ -98,6 +100,8 @@ class SyncStepPolicy:
         self._state: dict[Any, int] = {}
         #: Demotions per function (each doubles the pooled spell that follows).
         self._demotions: dict[Any, int] = {}
+        #: When a demotion of each function name was last logged at INFO (``clock`` seconds).
+        self._logged: dict[str, float] = {}
         #: Functions sent back to the pool after blocking the loop (for stats and tests).
         self.demoted = 0
         #: Executions run inline and in the pool.
@@ -144,10 +148,22 @@ class SyncStepPolicy:
                     self._demotions[key] = n
                 self._set(key, -(REPROBE_AFTER << min(n, MAX_DOUBLINGS)))
                 self.demoted += 1
-                logger.info(
+                name = str(getattr(fn, "__qualname__", fn))
+                now = self.clock()
+                last = self._logged.get(name)
+                # Once per function name per interval: a closure made anew by every run (a lambda)
+                # is demoted again and again, and one line says it.
+                quiet = last is not None and now - last < LOG_EVERY_S
+                if not quiet:
+                    if len(self._logged) >= MAX_FUNCTIONS:
+                        self._logged.clear()
+                    self._logged[name] = now
+                logger.log(
+                    logging.DEBUG if quiet else logging.INFO,
                     "step function %s blocked the event loop for %.1f ms: it runs in the step "
-                    "pool from now on (declare it @fusee.step(blocking=True) to skip the trials)",
-                    getattr(fn, "__qualname__", fn), seconds * 1000.0)
+                    "pool from now on (declare it @fusee.step(blocking=True) to skip the trials; "
+                    "said once per %d s per function)",
+                    name, seconds * 1000.0, LOG_EVERY_S)
             return
         self.pool_runs += 1
         if state == _INLINE:

@@ -18,6 +18,19 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     from fusee.core import journal as jm
 
+#: The structured fields a log record about a run carries (``record.workflow_id``, ...):
+#: ``fusee.logs.Formatter`` prints them, a JSON or OTLP log handler finds them on the record.
+LOG_FIELDS = ("workflow_id", "workflow", "run_id", "step")
+
+
+def log_fields(workflow_id: str, workflow: str, run_id: int, step: str | None = None) -> dict[str, Any]:
+    """The ``extra=`` of a log call about a run (and a step of it)."""
+    out: dict[str, Any] = {"workflow_id": workflow_id, "workflow": workflow, "run_id": run_id}
+    if step is not None:
+        out["step"] = step
+    return out
+
+
 #: Longest journaled trace context: traceparent is 55 characters, tracestate at most 512 by the spec.
 MAX_TRACE_BYTES = 1024
 

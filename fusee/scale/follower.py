@@ -725,9 +725,14 @@ class Follower(Engine):
         """See :meth:`fusee.Engine.runs` (on a follower, from its view: see :meth:`describe`)."""
         return self._view_engine().runs()
 
-    def list(self, where: str | None = None, limit: int = 100, cursor: str | None = None) -> RunPage:
+    def list(self, where: str | None = None, limit: int = 100, cursor: str | None = None, *,
+             order: str = "oldest") -> RunPage:
         """See :meth:`fusee.Engine.list` (on a follower, from its view: see :meth:`describe`)."""
-        return self._view_engine().list(where, limit, cursor)
+        return self._view_engine().list(where, limit, cursor, order=order)
+
+    def counts(self, where: str | None = None) -> dict[str, int]:
+        """See :meth:`fusee.Engine.counts` (on a follower, from its view: see :meth:`describe`)."""
+        return self._view_engine().counts(where)
 
     def metrics(self) -> Metrics:
         """See :meth:`fusee.Engine.metrics` (on a follower, the view's counts; flush and step

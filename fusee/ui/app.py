@@ -48,7 +48,7 @@ MAX_FORM = 1 << 20
 #: Where a request's form is kept once read.
 _FORM = "fusee.ui.form"
 #: The order statuses are shown in.
-STATUS_ORDER = ("running", "stuck", "ok", "failed", "cancelled", "terminated", "timed_out", "continued")
+STATUS_ORDER = ("running", "retrying", "paused", "stuck", "ok", "failed", "cancelled", "terminated", "timed_out", "continued")
 #: The pages of the navigation; None: not available in this version.
 NAV: tuple[tuple[str, str | None], ...] = (
     ("Runs", "/"), ("Metrics", "/metrics"), ("Schedules", "/schedules"), ("Limits", "/limits"))

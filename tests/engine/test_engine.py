@@ -492,7 +492,7 @@ def test_exhausted_retries_pause_until_resumed() -> None:
             h = await engine.start(pauser, "pz-1")
             await until(lambda: any(isinstance(r, rec.Attempt) and r.retry_at_ms == rec.PAUSED
                                     for r in engine._rt.wf["pz-1"].journal))
-            assert engine.describe("pz-1").status == "running"
+            assert engine.describe("pz-1").status == "paused"  # not "running": its retries ran out
             FIXED.add("fixed")
             await h.resume()
             assert await h.result() == "ok after attempt 1"

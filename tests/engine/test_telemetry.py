@@ -529,3 +529,94 @@ async def test_backup_gauges(otel: Otel, tmp_path: Path) -> None:
         path = str(tmp_path / "data")
         assert otel.value("fusee.backup.failures", **{"fusee.engine.path": path}) == 0
         assert otel.value("fusee.backup.lag", **{"fusee.engine.path": path}) is not None
+
+
+class _Kept:
+    """A push exporter that keeps what it is sent (the SDK's periodic reader pushes to it)."""
+
+    def __init__(self) -> None:
+        from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult
+
+        kept: list[Any] = []
+        self.batches = kept
+
+        class Exporter(MetricExporter):
+            def export(self, metrics_data: Any, timeout_millis: float = 10_000, **kwargs: Any) -> MetricExportResult:
+                kept.append(metrics_data)
+                return MetricExportResult.SUCCESS
+
+            def force_flush(self, timeout_millis: float = 10_000) -> bool:
+                return True
+
+            def shutdown(self, timeout_millis: float = 30_000, **kwargs: Any) -> None:
+                pass
+
+        self.exporter = Exporter()
+
+    def value(self, metric: str, **attributes: Any) -> Any:
+        found = None
+        for data in self.batches:
+            for rm in data.resource_metrics:
+                for sm in rm.scope_metrics:
+                    for m in sm.metrics:
+                        if m.name == metric:
+                            for p in m.data.data_points:
+                                if all((p.attributes or {}).get(k) == v for k, v in attributes.items()):
+                                    found = p.value
+        return found
+
+
+@fusee.workflow("counted")
+async def counted(ctx: fusee.Ctx, n: int) -> int:
+    return await ctx.step("add", lambda: n + 1)
+
+
+async def test_the_counters_are_exported_one_last_time_at_close_and_step_spans_name_the_workflow() -> None:
+    from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+
+    kept = _Kept()
+    # A period far longer than the test: only the close's flush exports.
+    reader = PeriodicExportingMetricReader(kept.exporter, export_interval_millis=3_600_000)
+    meter_provider = MeterProvider(metric_readers=[reader])
+    spans = InMemorySpanExporter()
+    tracer_provider = TracerProvider()
+    tracer_provider.add_span_processor(SimpleSpanProcessor(spans))
+    try:
+        config = fusee.Telemetry(tracer_provider=tracer_provider, meter_provider=meter_provider)
+        async with fusee.Engine.open(workflows=[counted], telemetry=config) as engine:
+            for i in range(3):
+                assert await engine.execute(counted, f"c-{i}", i) == i + 1
+        assert kept.value("fusee.steps", **{"fusee.step.outcome": "ok"}) == 3
+        assert kept.value("fusee.runs.ended", **{"fusee.run.status": "ok"}) == 3
+        steps = [s for s in spans.get_finished_spans() if s.name == "fusee.step"]
+        assert len(steps) == 3
+        assert all((s.attributes or {}).get("fusee.workflow.type") == "counted"
+                   and (s.attributes or {}).get("fusee.step.name") == "add" for s in steps)
+    finally:
+        tracer_provider.shutdown()
+        meter_provider.shutdown()
+
+
+_flaky_calls: list[int] = []
+
+
+def _flaky_once() -> str:
+    _flaky_calls.append(1)
+    if len(_flaky_calls) == 1:
+        raise ConnectionError("the ledger is down")
+    return "ok"
+
+
+@fusee.workflow("tel-flaky")
+async def tel_flaky(ctx: fusee.Ctx) -> str:
+    return await ctx.step("post", _flaky_once, retry=fusee.Retry(attempts=2, initial="1ms"))
+
+
+async def test_a_failed_attempt_span_carries_an_exception_event_with_the_message(otel: Otel) -> None:
+    _flaky_calls.clear()
+    async with fusee.Engine.open(workflows=[tel_flaky], telemetry=otel.config) as engine:
+        assert await engine.execute(tel_flaky, "fl-1") == "ok"
+    failed = otel.one("fusee.step", **{"fusee.step.outcome": "retry"})
+    events = [(e.name, dict(e.attributes or {})) for e in failed.events]
+    assert events == [("exception", {"exception.type": "ConnectionError", "exception.message": "the ledger is down"})]
+    assert otel.one("fusee.step", **{"fusee.step.outcome": "ok"}).events == ()

@@ -232,3 +232,32 @@ async def test_a_step_that_calls_back_into_the_engine_moves_to_the_pool_instead_
     assert all(n > 0 for n in out[PROBES + 1:])
     assert stats["sync_inline"] >= 1 and stats["sync_demoted"] == 1
     assert not [r for r in journal if type(r).__name__ == "Attempt"]  # no attempt failed for it
+
+
+def test_a_function_blocking_the_loop_again_and_again_is_logged_once_per_interval(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Issue 25: a trivial lambda 'blocking the loop' was logged 20 times in 100 s."""
+    import logging
+
+    from fusee.runtime import syncsteps
+
+    now = [1000.0]
+    p = SyncStepPolicy(None, lambda: now[0])
+
+    def demote(fn: Any) -> None:
+        for _ in range(PROBES):
+            p.observe(fn, PROMOTE_BELOW_S / 10, inline=False)
+        p.observe(fn, DEMOTE_ABOVE_S * 2, inline=True)
+
+    caplog.set_level(logging.DEBUG, logger="fusee")
+    for i in range(20):
+        demote(lambda i=i: i)  # a closure made anew each time, as a workflow's lambda is per run
+        now[0] += 5.0
+    info = [r for r in caplog.records if r.levelno == logging.INFO and "blocked the event loop" in r.getMessage()]
+    debug = [r for r in caplog.records if r.levelno == logging.DEBUG and "blocked the event loop" in r.getMessage()]
+    assert len(info) == 1 and len(debug) == 19
+    assert p.demoted == 20
+    now[0] += getattr(syncsteps, "LOG_EVERY_S", 600)
+    demote(lambda: 0)
+    info = [r for r in caplog.records if r.levelno == logging.INFO and "blocked the event loop" in r.getMessage()]
+    assert len(info) == 2
