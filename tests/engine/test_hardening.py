@@ -449,7 +449,7 @@ async def test_describe_shows_retries_and_paused_steps(caplog: pytest.LogCapture
         await engine.start(retrier, "r-1")
         await until(lambda: engine.describe("r-1").attempt >= 2)
         d = engine.describe("r-1")
-        assert d.status == "running"
+        assert d.status == "retrying"
         assert d.last_error == "ConnectionError: service down"
         assert d.next_retry is not None and d.paused_steps == ()
         attempts = [r for r in await engine.journal("r-1") if isinstance(r, rec.Attempt)]
@@ -457,6 +457,7 @@ async def test_describe_shows_retries_and_paused_steps(caplog: pytest.LogCapture
 
         await engine.start(pauser, "p-1")
         await until(lambda: engine.describe("p-1").paused_steps == ("flaky",))
+        assert engine.describe("p-1").status == "paused"
         assert engine.describe("p-1").next_retry is None
         fail["flaky"] = False
         await engine.resume("p-1")
