@@ -26,6 +26,7 @@ from starlette.staticfiles import StaticFiles
 import fusee
 from fusee.engine import visibility
 from fusee.errors import FuseeError, InvalidQuery, NotFound
+from fusee.http.auth import user_of
 from fusee.ui import flow, present, svg, timeline
 from fusee.ui.csrf import FIELD as CSRF_FIELD
 from fusee.ui.csrf import CsrfGuard
@@ -297,6 +298,7 @@ class _UI:
         if refusal is not None:
             return self.render(request, "error.html", status_code=403, title="Refused", message=refusal)
         engine = self.engine
+        by = user_of(request.scope) or BY
         try:
             if what == "signal":
                 name = str(form.get("name", "")).strip()
@@ -308,20 +310,20 @@ class _UI:
                 except ValueError as e:
                     raise ValueError(f"the signal's value is not JSON ({e}): write 42, \"text\", "
                                      "true, {\"k\": 1} or leave it empty for null") from None
-                await on_engine(engine, engine.signal, wid, fusee.SignalDef(name), value, by=BY)  # by name: checked
+                await on_engine(engine, engine.signal, wid, fusee.SignalDef(name), value, by=by)  # by name: checked
             elif what == "cancel":
-                await on_engine(engine, engine.cancel, wid, str(form.get("reason", "")), by=BY)
+                await on_engine(engine, engine.cancel, wid, str(form.get("reason", "")), by=by)
             elif what == "terminate":
-                await on_engine(engine, engine.terminate, wid, str(form.get("reason", "")), by=BY)
+                await on_engine(engine, engine.terminate, wid, str(form.get("reason", "")), by=by)
             elif what == "resume":
-                if not await on_engine(engine, self.resume, wid):
+                if not await on_engine(engine, self.resume, wid, by):
                     return await self.run(request, error=f"resume refused: run {wid!r} has no paused step to "
                                           "resume (resume is for steps whose retries ran out)", status_code=409)
             elif what == "reset":
                 step = str(form.get("step", "")).strip()
                 if not step:
                     raise ValueError("choose the step to reset to: the run continues from before it")
-                await on_engine(engine, engine.reset, wid, before_step=step, by=BY)
+                await on_engine(engine, engine.reset, wid, before_step=step, by=by)
             else:
                 return self.render(request, "error.html", status_code=404, title="Unknown action",
                                    message=f"no action {what!r}: signal, cancel, terminate, resume or reset")
@@ -330,14 +332,14 @@ class _UI:
         base = request.scope.get("root_path", "").rstrip("/")
         return RedirectResponse(f"{base}/runs/{quote(wid, safe='')}?done={what}", status_code=303)
 
-    async def resume(self, wid: str) -> bool:
+    async def resume(self, wid: str, by: str) -> bool:
         """Resumes ``wid``'s paused steps; False (nothing done) when none is paused. Checked and
         resumed in one turn of the engine's loop."""
         s = self.engine.describe(wid)
         # (A follower's view may lag its owner's: it leaves the answer to the owner.)
         if s.ended_at is None and not s.paused_steps and self.engine.is_owner:
             return False
-        await self.engine.resume(wid, by=BY)
+        await self.engine.resume(wid, by=by)
         return True
 
     async def metrics(self, request: Request) -> Response:
@@ -372,8 +374,10 @@ def routes(engine: fusee.Engine) -> list[BaseRoute]:
     confirmation), metrics (charts), schedules (pause, unpause, trigger,
     delete) and step limits (resize). Actions are POST forms checked for a
     per-process CSRF token and a same-origin ``Origin``; they are journaled with
-    ``by="web-ui"``. The routes add no authentication: serve them on loopback
-    or behind the app's own (see docs/operations.md).
+    ``by=`` the signed-in person's name (``fusee.http.app``'s ``tokens`` or
+    ``authenticate``), else ``"web-ui"``. The routes add no authentication of
+    their own: serve them on loopback or behind the app's (see
+    docs/operations.md).
     """
     ui = _UI(engine)
     guard = ui.guard
