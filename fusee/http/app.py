@@ -651,18 +651,18 @@ def _safe(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]", "_", name) or "journal"
 
 
-def ui_routes(engine: fusee.Engine) -> list[BaseRoute] | None:
+def ui_routes(engine: fusee.Engine, secret: bytes | str | None = None) -> list[BaseRoute] | None:
     """The web UI's routes (``fusee.ui.routes``) if the UI is installed, else None."""
     if importlib.util.find_spec("fusee.ui") is None:
         return None
     ui = importlib.import_module("fusee.ui")
-    routes: list[BaseRoute] = ui.routes(engine)
+    routes: list[BaseRoute] = ui.routes(engine, secret=secret)
     return routes
 
 
 def app(engine: fusee.Engine, token: str | None = None, *, tokens: Mapping[str, str] | None = None,
         authenticate: Authenticator | None = None, allowed_hosts: Sequence[str] | None = None,
-        max_body: int = DEFAULT_MAX_BODY) -> ASGIApp:
+        max_body: int = DEFAULT_MAX_BODY, secret: bytes | str | None = None) -> ASGIApp:
     """The HTTP API of ``engine`` as an ASGI app (Starlette), with the web UI at ``/ui``.
 
     Endpoints are under ``/api`` (the OpenAPI document is at ``/openapi.json``
@@ -673,7 +673,10 @@ def app(engine: fusee.Engine, token: str | None = None, *, tokens: Mapping[str, 
     which the request cannot change (a different ``by`` gets 403); with
     ``authenticate`` (a function or coroutine function given the request,
     answering the person's name or None) the host's own check decides, for
-    requests no token lets in. The three combine. Bad requests get 4xx with ``{"error": {"type", "message", "field"}}``;
+    requests no token lets in. The three combine. ``secret`` (16 bytes or
+    more, the same on every worker) signs the web UI's form tokens, so that a
+    page served by one worker, or before a restart, acts through any other;
+    without it each process signs with a key of its own. Bad requests get 4xx with ``{"error": {"type", "message", "field"}}``;
     an unknown workflow ID gets 404. Mount it in your own ASGI app or serve it
     with ``fusee serve``; the engine must stay open while the app serves.
 
@@ -692,7 +695,7 @@ def app(engine: fusee.Engine, token: str | None = None, *, tokens: Mapping[str, 
                       if token is not None or people or authenticate is not None else None)
     checks = guards(LOOPBACK_HOSTS if allowed_hosts is None else allowed_hosts, max_body, authentication)
     api = _Api(engine)
-    ui = ui_routes(engine)
+    ui = ui_routes(engine, secret)
 
     async def spec(request: Request) -> Response:
         return JSONResponse(openapi.document())

@@ -153,3 +153,15 @@ class Authentication:
     def _query_token(scope: Scope) -> bytes | None:
         query = scope.get("query_string", b"").decode("latin-1")
         return next((v.encode() for k, v in parse_qsl(query) if k == "token"), None)
+
+
+def check_secret(secret: object) -> bytes | None:
+    """``secret`` as bytes (None: a key per process); ValueError when it is too short to sign with."""
+    if secret is None:
+        return None
+    if isinstance(secret, str):
+        secret = secret.encode()
+    if not isinstance(secret, bytes) or len(secret) < 16:
+        raise ValueError("secret must be at least 16 bytes (or characters), the same on every worker: "
+                         "generate one with 'python -c \"import secrets; print(secrets.token_urlsafe(32))\"'")
+    return secret

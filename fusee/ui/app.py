@@ -26,7 +26,7 @@ from starlette.staticfiles import StaticFiles
 import fusee
 from fusee.engine import visibility
 from fusee.errors import FuseeError, InvalidQuery, NotFound
-from fusee.http.auth import user_of
+from fusee.http.auth import check_secret, user_of
 from fusee.ui import flow, present, svg, timeline
 from fusee.ui.csrf import FIELD as CSRF_FIELD
 from fusee.ui.csrf import CsrfGuard
@@ -81,9 +81,9 @@ def _lit(text: str) -> str:
 
 
 class _UI:
-    def __init__(self, engine: fusee.Engine) -> None:
+    def __init__(self, engine: fusee.Engine, secret: bytes | None = None) -> None:
         self.engine = engine
-        self.csrf = CsrfGuard()
+        self.csrf = CsrfGuard(secret)
         self.sampler = Sampler()
         self.env = jinja2.Environment(
             loader=jinja2.FileSystemLoader(HERE / "templates"),
@@ -114,14 +114,14 @@ class _UI:
     def render(self, request: Request, name: str, status_code: int = 200, **ctx: Any) -> HTMLResponse:
         base = request.scope.get("root_path", "").rstrip("/")
         html = self.env.get_template(name).render(
-            base=base, csrf=self.csrf.token, path=request.url.path, **ctx)
+            base=base, csrf=self.csrf.token(request), path=request.url.path, **ctx)
         return HTMLResponse(html, status_code=status_code, headers={"Cache-Control": "no-store"})
 
     def fragment(self, request: Request, name: str, **ctx: Any) -> tuple[str, str]:
         """A live region's HTML and its version: the page's script swaps it only when that changed."""
         base = request.scope.get("root_path", "").rstrip("/")
         html = self.env.get_template(name).render(
-            base=base, csrf=self.csrf.token, path=request.url.path, **ctx)
+            base=base, csrf=self.csrf.token(request), path=request.url.path, **ctx)
         return html, hashlib.blake2b(html.encode(), digest_size=8).hexdigest()
 
     def fragment_response(self, request: Request, name: str, **ctx: Any) -> HTMLResponse:
@@ -366,20 +366,23 @@ class _UI:
         return {"m": m, "charts": charts, "counts": counts}
 
 
-def routes(engine: fusee.Engine) -> list[BaseRoute]:
+def routes(engine: fusee.Engine, *, secret: bytes | str | None = None) -> list[BaseRoute]:
     """The web UI's routes, to mount under a prefix: ``Mount("/ui", routes=fusee.ui.routes(engine))``.
 
     Pages: the runs list (filters, ``where`` search, live counts by status),
     a run (summary, journal timeline, live streams, actions behind a
     confirmation), metrics (charts), schedules (pause, unpause, trigger,
     delete) and step limits (resize). Actions are POST forms checked for a
-    per-process CSRF token and a same-origin ``Origin``; they are journaled with
+    signed CSRF token (handed to the person the page was served to, taken for
+    12 hours; signed with ``secret``, which every worker of one server shares
+    so that a page served by one acts through another and across restarts;
+    without it, a key per process) and a same-origin ``Origin``; they are journaled with
     ``by=`` the signed-in person's name (``fusee.http.app``'s ``tokens`` or
     ``authenticate``), else ``"web-ui"``. The routes add no authentication of
     their own: serve them on loopback or behind the app's (see
     docs/operations.md).
     """
-    ui = _UI(engine)
+    ui = _UI(engine, check_secret(secret))
     guard = ui.guard
     return [
         Route("/", guard(ui.runs), name="ui-runs"),

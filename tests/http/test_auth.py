@@ -151,3 +151,62 @@ def test_a_tokens_file_is_toml_and_must_be_private(tmp_path: Path) -> None:
         read_tokens(str(path))
     with pytest.raises(ValueError, match="does not exist"):
         read_tokens(str(tmp_path / "missing.toml"))
+
+
+async def _ui_form_token(c: httpx.AsyncClient, wid: str, headers: dict[str, str] | None = None) -> str:
+    r = await c.get(f"/ui/runs/{wid}", headers=headers)
+    assert r.status_code == 200
+    found = re.search(r'name="csrf" value="([^"]+)"', r.text)
+    assert found is not None
+    return found.group(1)
+
+
+async def test_ui_form_tokens_signed_with_a_shared_secret_act_through_another_worker(
+        engine: fusee.Engine, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Two apps stand for two workers of one server (or one before and after a restart).
+    secret = "a-secret-every-worker-shares"
+    await engine.start(ops_app.order, "o-1", "acme")
+    await until(lambda: engine.describe("o-1").status == "running")
+    origin = {"Origin": "http://127.0.0.1:8233"}
+    form = {"name": "approve", "value": "true"}
+    async with client(app(engine, secret=secret)) as first:
+        minted = await _ui_form_token(first, "o-1")
+    async with client(app(engine)) as stranger:
+        r = await stranger.post("/ui/action/signal/o-1", data={**form, "csrf": minted}, headers=origin)
+        assert r.status_code == 403 and "or it restarted" in r.text
+    async with client(app(engine, tokens=PEOPLE, secret=secret)) as other:
+        # A token handed to nobody in particular does not let ada act.
+        r = await other.post("/ui/action/signal/o-1", data={**form, "csrf": minted},
+                             headers={**origin, **bearer(PEOPLE["ada"])})
+        assert r.status_code == 403 and "someone else" in r.text
+        adas = await _ui_form_token(other, "o-1", bearer(PEOPLE["ada"]))
+        r = await other.post("/ui/action/signal/o-1", data={**form, "csrf": adas},
+                             headers={**origin, **bearer(PEOPLE["grace"])})
+        assert r.status_code == 403 and "someone else" in r.text
+        monkeypatch.setattr("fusee.ui.csrf.MAX_AGE", -1)
+        r = await other.post("/ui/action/signal/o-1", data={**form, "csrf": adas},
+                             headers={**origin, **bearer(PEOPLE["ada"])})
+        assert r.status_code == 403 and "expired" in r.text
+        monkeypatch.undo()
+        assert audit(engine, "o-1") == []
+    async with client(app(engine, tokens=PEOPLE, secret=secret), follow_redirects=False) as restarted:
+        r = await restarted.post("/ui/action/signal/o-1", data={**form, "csrf": adas},
+                                 headers={**origin, **bearer(PEOPLE["ada"])})
+        assert r.status_code == 303, r.text
+    await engine.get("o-1").result()
+    assert audit(engine, "o-1") == [("signal", "ada")]
+
+
+def test_a_secret_too_short_to_sign_with_is_refused(tmp_path: Path) -> None:
+    from fusee.http.serve import read_secret
+
+    path = tmp_path / "secret"
+    path.write_text("short\n")
+    os.chmod(path, 0o600)
+    with pytest.raises(ValueError, match="at least 16"):
+        read_secret(str(path))
+    path.write_text("x" * 32 + "\n")
+    assert read_secret(str(path)) == b"x" * 32
+    os.chmod(path, 0o640)
+    with pytest.raises(ValueError, match="chmod 600"):
+        read_secret(str(path))
