@@ -522,9 +522,8 @@ class _Api:
     def obj(self, request: Request) -> tuple[Any, str]:
         """The keyed object named in the path (404 naming ``object`` if the engine has none)."""
         name, key = param(request, "object"), param(request, "key")
-        found = self.engine._rt.versions.get((objects.PREFIX + name, 1))
-        owner = getattr(getattr(found, "fn", None), "__self__", None)
-        if not isinstance(owner, objects.ObjectDef):
+        owner = objects.declared(self.engine._rt.versions).get(name)
+        if owner is None:
             raise BadRequest(f"this engine has no keyed object named {name!r}", "object", status=404,
                              type="NotFound")
         return owner, key

@@ -27,7 +27,7 @@ import fusee
 from fusee.engine import visibility
 from fusee.errors import FuseeError, InvalidQuery, NotFound
 from fusee.http.auth import check_secret, user_of
-from fusee.ui import flow, present, svg, timeline
+from fusee.ui import flow, objects, present, svg, timeline
 from fusee.ui.csrf import FIELD as CSRF_FIELD
 from fusee.ui.csrf import CsrfGuard
 from fusee.ui.sampler import Sampler
@@ -52,7 +52,8 @@ _FORM = "fusee.ui.form"
 STATUS_ORDER = ("running", "retrying", "paused", "stuck", "ok", "failed", "cancelled", "terminated", "timed_out", "continued")
 #: The pages of the navigation; None: not available in this version.
 NAV: tuple[tuple[str, str | None], ...] = (
-    ("Runs", "/"), ("Metrics", "/metrics"), ("Schedules", "/schedules"), ("Limits", "/limits"))
+    ("Runs", "/"), ("Metrics", "/metrics"), ("Schedules", "/schedules"), ("Limits", "/limits"),
+    ("Objects", "/objects"))
 FLASH = {
     "signal": "Signal sent: it is durable in the run's journal.",
     "cancel": "Cancellation requested: the run's pending operations raise Cancelled.",
@@ -391,6 +392,7 @@ def routes(engine: fusee.Engine, *, secret: bytes | str | None = None) -> list[B
         Route("/fragments/metrics", guard(ui.metrics_live)),
         Route("/metrics", guard(ui.metrics), name="ui-metrics"),
         *flow.routes(ui),
+        *objects.routes(ui),
         Route("/runs/{wid:path}", guard(ui.run), name="ui-run"),
         Route("/live/{wid:path}", guard(ui.run_live)),
         Route("/stream/{wid:path}", guard(ui.stream)),
