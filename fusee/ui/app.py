@@ -39,6 +39,8 @@ PAGE = 50
 MAX_EVENTS = 2000
 #: Who the journal's audit names for actions taken in the UI.
 BY = "web-ui"
+#: Workflow names the engine runs for itself (objects, schedules, windows): not started by hand.
+INTERNAL_PREFIXES = ("fusee.", "fusee:")
 #: How long a stream follower waits for a chunk before it sends a keep-alive (seconds).
 STREAM_WAIT = 5.0
 #: How long one stream response lasts (seconds): the browser reconnects from the last
@@ -55,6 +57,7 @@ NAV: tuple[tuple[str, str | None], ...] = (
     ("Runs", "/"), ("Metrics", "/metrics"), ("Schedules", "/schedules"), ("Limits", "/limits"),
     ("Objects", "/objects"))
 FLASH = {
+    "start": "Run started: its start is durable.",
     "signal": "Signal sent: it is durable in the run's journal.",
     "cancel": "Cancellation requested: the run's pending operations raise Cancelled.",
     "terminate": "Run terminated.",
@@ -207,7 +210,8 @@ class _UI:
 
     # --- pages -------------------------------------------------------------------
 
-    async def runs(self, request: Request) -> Response:
+    async def runs(self, request: Request, start_error: str | None = None, typed: dict[str, str] | None = None,
+                   status_code: int | None = None) -> Response:
         ctx = await self.page(request)
         counts = await self.counts()
         workflows = sorted({s.workflow for s in ctx["runs"]} | ({ctx["filters"]["workflow"]} - {""}))
@@ -215,7 +219,48 @@ class _UI:
         return self.render(request, "runs.html", workflows=workflows, statuses=STATUS_ORDER, **ctx,
                            live_counts=self.fragment(request, "_counts.html", counts=links),
                            live_rows=self.fragment(request, "_rows.html", **ctx),
-                           status_code=400 if ctx["error"] else 200)
+                           startable=self.startable(), start_error=start_error, typed=typed or {},
+                           status_code=status_code or (400 if ctx["error"] else 200))
+
+    def startable(self) -> list[tuple[str, str]]:
+        """The workflows a person may start here (not the engine's internal ones), with their input type."""
+        out = []
+        for name, wdef in sorted(self.engine._rt.workflows.items()):
+            if name.startswith(INTERNAL_PREFIXES) or wdef.window is not None:
+                continue
+            hint = present.type_name(wdef.input_type) if wdef.takes_input else "no input"
+            out.append((name, hint))
+        return out
+
+    async def start(self, request: Request) -> Response:
+        """Starts a run from the runs page's form (workflow, ID, input as JSON), then shows it."""
+        try:
+            form = await self.form(request)
+        except ValueError as e:
+            return self.render(request, "error.html", status_code=413, title="Refused", message=str(e))
+        refusal = self.csrf.refusal(request, form.get(CSRF_FIELD))
+        if refusal is not None:
+            return self.render(request, "error.html", status_code=403, title="Refused", message=refusal)
+        typed = {k: str(form.get(k, "")) for k in ("workflow", "workflow_id", "input")}
+        wid = typed["workflow_id"].strip()
+        try:
+            if typed["workflow"] not in dict(self.startable()):
+                raise ValueError(f"choose a workflow to start ({', '.join(n for n, _ in self.startable())})")
+            if not wid:
+                raise ValueError("the run needs a workflow ID: one the engine has not run yet, such as order-42")
+            raw = typed["input"].strip()
+            try:
+                value = json.loads(raw) if raw else None
+            except ValueError as e:
+                raise ValueError(f"the input is not JSON ({e}): write 42, \"text\", {{\"k\": 1}} or leave it "
+                                 "empty for none") from None
+            await on_engine(self.engine, self.engine.start, typed["workflow"], wid, value)
+        except (FuseeError, ValueError, TypeError) as e:
+            status = 409 if type(e).__name__ == "AlreadyExists" else 400
+            return await self.runs(request, start_error=f"start refused, nothing started: {e}", typed=typed,
+                                   status_code=status)
+        base = request.scope.get("root_path", "").rstrip("/")
+        return RedirectResponse(f"{base}/runs/{quote(wid, safe='')}?done=start", status_code=303)
 
     async def runs_rows(self, request: Request) -> Response:
         return self.fragment_response(request, "_rows.html", **await self.page(request))
@@ -397,5 +442,6 @@ def routes(engine: fusee.Engine, *, secret: bytes | str | None = None) -> list[B
         Route("/live/{wid:path}", guard(ui.run_live)),
         Route("/stream/{wid:path}", guard(ui.stream)),
         Route("/action/{action}/{wid:path}", guard(ui.action), methods=["POST"]),
+        Route("/start", guard(ui.start), methods=["POST"]),
         Mount("/static", app=StaticFiles(directory=HERE / "static"), name="ui-static"),
     ]

@@ -89,3 +89,10 @@ def duration(ms: float | None) -> str:
 def attributes_text(attrs: dict[str, Any]) -> str:
     """Search attributes as ``key=value`` pairs."""
     return ", ".join(f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in attrs.items())
+
+
+def type_name(tp: Any) -> str:
+    """A type as a person reads it: ``str``, ``dict[str, int]``, ``Order``."""
+    if isinstance(tp, type) and not getattr(tp, "__args__", None):
+        return tp.__name__
+    return str(tp).replace("typing.", "")

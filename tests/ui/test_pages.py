@@ -378,3 +378,36 @@ def test_a_browsers_same_origin_form_passes_the_apps_checks() -> None:
         assert journal(served, "order-1") == before
         status, body, location = post(url, fields, {"Origin": f"http://{host}", "Sec-Fetch-Site": "same-origin"})
         assert status == 303 and location == "/ui/runs/order-1?done=signal", body
+
+
+def test_start_a_run_from_the_runs_page() -> None:
+    async def nothing(engine: fusee.Engine) -> None:
+        pass
+
+    with Served(nothing) as served:
+        engine: Any = served.engine
+        status, page = get(f"{served.url}/")
+        assert status == 200
+        names = re.findall(r'<option value="([^"]+)" data-input="([^"]+)"', page)
+        # The engine's internal workflows (the object's) are not offered.
+        assert ("order", "str") in names and not any(n.startswith("fusee") for n, _ in names)
+        found = re.search(r'name="csrf" value="([^"]+)"', page)
+        assert found is not None
+        good = found.group(1)
+        start = f"{served.url}/start"
+        status, body, _ = post(start, {"csrf": good, "workflow": "order", "workflow_id": "o-9", "input": "acme"})
+        assert status == 400 and "not JSON" in body and 'value="o-9"' in body  # what was typed is kept
+        status, body, _ = post(start, {"csrf": good, "workflow": "order", "workflow_id": "o-9", "input": "42"})
+        assert status == 400 and "nothing started" in body
+        status, body, _ = post(start, {"csrf": good, "workflow": "fusee.object:cart", "workflow_id": "x",
+                                       "input": ""})
+        assert status == 400 and "choose a workflow" in body
+        status, body, _ = post(start, {"csrf": good, "workflow": "order", "workflow_id": " ", "input": '"x"'})
+        assert status == 400 and "workflow ID" in body
+        assert served.call(engine.runs) == []
+        status, _, location = post(start, {"csrf": good, "workflow": "order", "workflow_id": "o-9",
+                                           "input": '"acme"'})
+        assert status == 303 and location.endswith("/runs/o-9?done=start")
+        assert served.call(engine.describe, "o-9").workflow == "order"
+        status, body, _ = post(start, {"csrf": good, "workflow": "order", "workflow_id": "o-9", "input": '"b"'})
+        assert status == 409 and "nothing started" in body

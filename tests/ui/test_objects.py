@@ -105,3 +105,4 @@ def test_edit_an_objects_state_in_the_browser() -> None:
         wait.until(lambda _: d.find_elements(By.ID, "flash"))
         assert d.find_element(By.ID, "version").get_attribute("data-version") == "2"
         assert served.call(engine.object_state, cart, "bob").value == {"pear": 3, "plum": 2}
+
