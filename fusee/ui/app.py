@@ -79,6 +79,18 @@ async def on_engine(engine: fusee.Engine, fn: Callable[..., Any], *args: Any, **
     return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(call(), loop))
 
 
+def _internal_page(wid: str, workflow: str) -> tuple[str, str] | None:
+    """Where a person acts on what an internal run holds: (label, path under the UI)."""
+    from fusee.flow import schedules
+
+    if workflow.startswith(schedules.PREFIX):
+        return "the Schedules page", "/schedules"
+    name, sep, key = wid[1:].partition("/")
+    if wid.startswith("@") and sep:
+        return f"the state page of {name} {key}", f"/objects/{quote(name, safe='')}/{quote(key, safe='')}"
+    return None
+
+
 def _lit(text: str) -> str:
     """``text`` as a literal of the where language."""
     return "'" + text.replace("'", "''") + "'"
@@ -272,7 +284,9 @@ class _UI:
         summary = await on_engine(self.engine, self.engine.describe, wid)
         journal = await on_engine(self.engine, self.engine.journal, wid)
         tl = timeline.build(journal)
-        return {"wid": wid, "s": summary, "tl": tl}
+        internal = summary.workflow.startswith(INTERNAL_PREFIXES)
+        return {"wid": wid, "s": summary, "tl": tl, "internal": internal,
+                "internal_page": _internal_page(wid, summary.workflow) if internal else None}
 
     async def run(self, request: Request, error: str | None = None, status_code: int = 200) -> Response:
         wid = request.path_params["wid"]
@@ -345,6 +359,13 @@ class _UI:
             return self.render(request, "error.html", status_code=403, title="Refused", message=refusal)
         engine = self.engine
         by = user_of(request.scope) or BY
+        try:
+            kind = (await on_engine(engine, engine.describe, wid)).workflow
+        except FuseeError as e:
+            return await self.run(request, error=f"{what} refused: {e}", status_code=404)
+        if kind.startswith(INTERNAL_PREFIXES):
+            return await self.run(request, error=f"{what} refused: the engine runs {wid!r} itself (it holds a "
+                                  "schedule's or an object's state); act on it from its own page", status_code=409)
         try:
             if what == "signal":
                 name = str(form.get("name", "")).strip()

@@ -19,7 +19,12 @@ from __future__ import annotations
 import dataclasses
 
 from fusee.core import records as rec
+from fusee.flow import schedules, windows
 from fusee.ui import present
+
+#: Signals the engine's own runs wait for with a timeout and never send: such a wait is a
+#: timer (its timeout is the normal end), not a wait that timed out.
+TIMER_SIGNALS = frozenset({schedules.TIMER.name, windows.TIMER.name})
 
 #: How the lanes of the kinds of operations are labelled.
 KIND_LABEL = {
@@ -200,10 +205,20 @@ def build(journal: list[rec.Record]) -> Timeline:
                 o = ops[r.seq]
                 o.end, o.status = i, "ok"
                 summary = f"timer {o.name} fired"
+        elif isinstance(r, rec.Wait) and r.name in TIMER_SIGNALS:
+            o = op(r.seq, "sleep", "timer", i)
+            o.due = present.when(r.deadline_ms) if r.deadline_ms else ""
+            summary = f"timer until {o.due}"
         elif isinstance(r, rec.Wait):
             o = op(r.seq, "wait", r.name, i)
             o.due = present.when(r.deadline_ms) if r.deadline_ms else ""
             summary = f"wait for signal {r.name}" + (f" until {o.due}" if o.due else "")
+        elif isinstance(r, rec.Waited) and r.seq in ops and ops[r.seq].kind == "sleep":
+            o = ops[r.seq]
+            o.end = i
+            fired = r.outcome == rec.WaitOutcome.TIMED_OUT
+            o.status = "ok" if fired else "abandoned"
+            summary = "timer fired" if fired else "timer cut short (a control request came first)"
         elif isinstance(r, rec.Waited):
             if r.seq in ops:
                 o = ops[r.seq]

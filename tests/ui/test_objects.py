@@ -7,6 +7,7 @@ import re
 from typing import Any
 
 import fusee
+from tests.helpers import until
 from tests.ui import browser
 from tests.ui.test_pages import get, post
 from tests.ui.ui_app import Served, add, cart
@@ -106,3 +107,27 @@ def test_edit_an_objects_state_in_the_browser() -> None:
         assert d.find_element(By.ID, "version").get_attribute("data-version") == "2"
         assert served.call(engine.object_state, cart, "bob").value == {"pear": 3, "plum": 2}
 
+
+
+async def scheduled_and_carts(engine: fusee.Engine) -> None:
+    from tests.ui.ui_app import report
+
+    await carts(engine)
+    await engine.schedule("minutely", report, "ops", every="1s")
+    await until(lambda: any(s.workflow_id.startswith("minutely@") and s.status == "ok" for s in engine.runs()))
+
+
+def test_internal_runs_show_their_timers_as_timers_and_offer_no_actions() -> None:
+    with Served(scheduled_and_carts) as served:
+        status, page = get(f"{served.url}/runs/fusee%3Aschedule%3Aminutely")
+        assert status == 200
+        assert 'id="internal-note"' in page and 'href="/ui/schedules"' in page
+        assert 'id="open-cancel"' not in page and 'id="open-terminate"' not in page
+        # The schedule's wait for its next time is a timer that fired, not a wait that timed out.
+        assert "timer fired" in page and "timed_out" not in re.sub(r"<div class=\"legend\".*?</div>", "", page,
+                                                                    flags=re.S)
+        status, page = get(f"{served.url}/runs/%40cart%2Falice")
+        assert 'id="open-cancel"' not in page and 'href="/ui/objects/cart/alice"' in page
+        status, body, _ = post(f"{served.url}/action/cancel/%40cart%2Falice", {"csrf": csrf(page), "reason": "x"})
+        assert status == 409 and "itself" in body
+        assert served.call(served.engine.describe, "@cart/alice").status == "running"  # type: ignore[union-attr]
