@@ -44,7 +44,7 @@ MAX_PLOT_W = 3600
 
 
 #: The width of the time axis of a waterfall, in pixels.
-WATERFALL_W = 960
+WATERFALL_W = 900
 #: The narrowest bar of a waterfall (an instant step stays visible).
 MIN_BAR_W = 2.0
 
