@@ -467,7 +467,7 @@ class StepRunner:
                     if not await self._permit(run, seq, call):
                         return
                     call.began_us = env.now_us()
-                    call.queued_us = call.began_us - ready
+                    call.queued_us = max(0, call.began_us - ready)  # a wall clock may step back
                 else:
                     call.began_us, call.queued_us = ready, 0
                 self._begin(run, seq, asyncio.current_task() if call.is_async else None)
