@@ -3,7 +3,8 @@
     .venv/bin/python docs/screenshots.py
 
 Serves the UI over a few demo runs (tests/ui/ui_app.py) and saves the runs
-page, a run with its timeline, the metrics, schedules and limits pages.
+page, a run with its timeline, a run's waterfall, the metrics, schedules and
+limits pages.
 """
 
 from __future__ import annotations
@@ -20,13 +21,15 @@ from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 
 from tests.ui.browser import chromium  # noqa: E402
-from tests.ui.ui_app import Served, charges, invoice, order, populate, report, restock  # noqa: E402
+from tests.ui.ui_app import Served, charges, invoice, order, populate, report, restock, timed  # noqa: E402
 
 OUT = ROOT / "docs" / "img"
 
 
 async def demo(engine: Any) -> None:
     await populate(engine)
+    # The waterfall: steps that take time, a sleep, a retry, payments queueing for permits.
+    await engine.execute(timed, "timed-1", 3)
     for i, customer in enumerate(["northwind", "globex", "initech", "umbrella", "hooli"]):
         await engine.start(order, f"order-{i + 5}", customer)
     for i in range(4):
@@ -56,6 +59,12 @@ def main() -> None:
         driver.get(served.url + "/runs/order-2")
         wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "svg.timeline"))
         driver.save_screenshot(str(OUT / "ui-run.png"))
+
+        driver.set_window_size(1360, 760)
+        driver.get(served.url + "/runs/timed-1")
+        wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "svg.waterfall"))
+        driver.execute_script("document.getElementById('timeline').closest('section').scrollIntoView()")
+        driver.save_screenshot(str(OUT / "ui-waterfall.png"))
 
         driver.set_window_size(1360, 1000)
         driver.get(served.url + "/metrics")

@@ -65,6 +65,7 @@ from fusee.runtime.streams import StreamBatch, durable_chunks
 from fusee.runtime.table import dedup_key
 from fusee.runtime.tokens import parse_token
 from fusee.runtime.wfloop import WorkflowLoop
+from fusee.steptimes import StepAttempt, step_attempts
 from fusee.storage import flush_modes
 from fusee.storage import postgres as pg_store
 from fusee.storage.committer import GroupCommitter
@@ -148,6 +149,10 @@ class RunSummary:
     ended_at: datetime.datetime | None = None
     #: The current run's search attributes: every ``ctx.set_attributes`` merged, latest last.
     attributes: dict[str, Any] = dataclasses.field(default_factory=dict, hash=False)
+    #: Every journaled step attempt of the current run, in journal order, with when it ran,
+    #: how long it took and how long it queued for a permit or a thread (filled by
+    #: :meth:`Engine.describe`).
+    steps: tuple[StepAttempt, ...] = ()
 
 
 class RunHandle(Generic[R]):
@@ -1450,7 +1455,7 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
         )
         if detail:
             journal = self._rt.journal_of(st)[0]
-            summary = dataclasses.replace(summary, audit=_audit_view(journal))
+            summary = dataclasses.replace(summary, audit=_audit_view(journal), steps=step_attempts(journal))
             if st.running:
                 summary = dataclasses.replace(summary, **_retry_view(journal))
         return summary

@@ -79,6 +79,7 @@ class StepCall(Op):
 
     __slots__ = (
         "attempt",
+        "began_us",
         "fn",
         "gate",
         "heartbeat_s",
@@ -87,6 +88,7 @@ class StepCall(Op):
         "last_error",
         "limit",
         "not_before",
+        "queued_us",
         "read_only",
         "retry",
         "takes_info",
@@ -119,6 +121,10 @@ class StepCall(Op):
         self.attempt = attempt
         self.not_before = not_before
         self.gate = gate
+        #: When the current attempt's function began (engine clock, Unix µs), and how long it
+        #: waited for a permit or a pool thread before: the times its record journals.
+        self.began_us = 0
+        self.queued_us = 0
         #: The latest failed attempt's error (for describe()), or None.
         self.last_error: str | None = None
         #: The limit whose permit each attempt takes (fusee.limits.LimitRequest), or None.
@@ -705,7 +711,8 @@ class Run:
         self._check()
         ms = to_ms(duration)
         try:
-            seq, arm = self.machine.begin_sleep(name, self.rt.env.now_ms() + ms)
+            now = self.rt.env.now_ms()
+            seq, arm = self.machine.begin_sleep(name, now + ms, now)
         except DeterminismError as e:
             raise self._determinism(e) from None
         fut = self._new_op(seq, SLEEP, name, None)
@@ -722,9 +729,10 @@ class Run:
         self._check()
         if not isinstance(signal, SignalDef):
             raise TypeError(f"wait_for takes a signal made with fusee.signal(...), got {signal!r}")
-        deadline = self.rt.env.now_ms() + to_ms(timeout) if timeout is not None else 0
+        now = self.rt.env.now_ms()
+        deadline = now + to_ms(timeout) if timeout is not None else 0
         try:
-            seq, arm = self.machine.begin_wait(signal.name, deadline)
+            seq, arm = self.machine.begin_wait(signal.name, deadline, now)
         except DeterminismError as e:
             raise self._determinism(e) from None
         fut = self._new_op(seq, WAIT, signal.name, signal.type)

@@ -74,6 +74,10 @@ def duration(ms: float | None) -> str:
     """A duration in the unit that reads best: ``850 ms``, ``12.4 s``, ``3 min 5 s``, ``2 h 10 min``."""
     if ms is None:
         return ""
+    if ms < 1:
+        return f"{ms * 1000:.0f} µs"
+    if ms < 10:
+        return f"{ms:.1f} ms"
     if ms < 1000:
         return f"{ms:.0f} ms"
     s = ms / 1000

@@ -109,7 +109,8 @@ def test_offline_reads_list_show_and_change_nothing(tmp_path: Path) -> None:
     assert p.returncode == 0, p.stderr
     assert "signal by ada (approve)" in p.stdout
     steps = [line.split() for line in p.stdout.splitlines() if " step " in line]
-    assert steps and steps[0][-3:] == ["reserve", "ok", "1"]  # no time: the journal has none for steps
+    # The step's row: when it began and how long it took (µs or ms on this machine).
+    assert steps and steps[0][3:7] == ["step", "reserve", "ok", "1"] and steps[0][8] in ("µs", "ms"), steps
     assert "result: shipped" in p.stdout
 
     p = fusee_cmd("show", str(d), "o-2", "--json")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from tests.ui import browser
-from tests.ui.ui_app import Served, populate
+from tests.ui.ui_app import Served, populate, populate_timed
 
 TIMEOUT = 30
 
@@ -74,7 +74,7 @@ def test_runs_page_filter_open_run_signal_and_see_it_finish() -> None:
         assert "ConnectionError: payment gateway timed out" in text("tr.step-row[data-name='charge']")
         lanes = [t.text for t in d.find_elements(By.CSS_SELECTOR, "svg.timeline .lane-label[data-op]")]
         assert lanes == ["step quote", "step charge", "sleep cool-off", "wait for signal approve"]
-        assert len(d.find_elements(By.CSS_SELECTOR, "svg.timeline g.attempt")) == 1
+        assert len(d.find_elements(By.CSS_SELECTOR, "svg.timeline g.attempt-bar[data-status='retried']")) == 1
         assert status() == "running"
         # The stream written so far arrives over Server-Sent Events.
         wait.until(lambda _: "charged: pay-" in text("pre.stream"))
@@ -118,6 +118,47 @@ def test_runs_page_filter_open_run_signal_and_see_it_finish() -> None:
         d.get(served.url + "/metrics")
         wait.until(lambda _: d.find_elements(By.CSS_SELECTOR, "svg.chart"))
         assert d.find_element(By.ID, "stat-runs").text == "8"
+
+
+def test_the_run_page_draws_a_waterfall_to_scale() -> None:
+    """Bars as wide as their durations on one time axis: steps, one bar per attempt, the sleep,
+    and the queue delay of a step that waited for a permit."""
+    browser.require()
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ec
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    with Served(populate_timed) as served, browser.chromium() as driver:
+        d: Any = driver
+        d.get(served.url + "/runs/timed-1")
+        WebDriverWait(d, TIMEOUT).until(ec.presence_of_element_located((By.CSS_SELECTOR, "svg.waterfall")))
+        # What the browser laid out: each bar's rendered width, left edge and the duration it stands for.
+        bars = d.execute_script("""
+            return [...document.querySelectorAll('svg.waterfall g.op, svg.waterfall g.queued')].map(g => {
+                const r = g.querySelector('rect').getBoundingClientRect();
+                return {cls: g.getAttribute('class'), op: g.dataset.op || '', attempt: g.dataset.attempt || '',
+                        status: g.dataset.status || '', ms: parseFloat(g.dataset.ms), left: r.left,
+                        right: r.right, width: r.width};
+            })""")
+        ms_per_px = float(d.execute_script("return document.querySelector('svg.waterfall').dataset.msPerPx"))
+        ops = {(b["op"], b["attempt"]): b for b in bars if b["cls"] != "queued"}
+        assert set(ops) == {("load", "1"), ("backoff", ""), ("fetch", "1"), ("fetch", "2"), ("pay-0", "1"),
+                            ("pay-1", "1"), ("pay-2", "1")}
+        for b in bars:
+            # To scale (a bar is 2 px at least, a queue delay 1 px, so an instant one still shows).
+            least = 1.0 if b["cls"] == "queued" else 2.0
+            assert abs(b["width"] - max(b["ms"] / ms_per_px, least)) < 1.0, b
+        assert ops[("backoff", "")]["ms"] >= 300 and ops[("load", "1")]["ms"] >= 120
+        assert ops[("backoff", "")]["width"] > ops[("load", "1")]["width"] * 300 / ops[("load", "1")]["ms"] - 1
+        # In the order they ran: the sleep after the load, the retry after the failed attempt.
+        assert ops[("backoff", "")]["left"] >= ops[("load", "1")]["right"] - 1
+        assert ops[("fetch", "1")]["status"] == "retried" and ops[("fetch", "2")]["status"] == "ok"
+        assert ops[("fetch", "2")]["left"] >= ops[("fetch", "1")]["right"] - 1
+        # Two permits for three payments held 100 ms each: the third queued for one, drawn just before its bar.
+        queued = max((b for b in bars if b["cls"] == "queued"), key=lambda b: b["ms"])
+        assert queued["ms"] >= 90, queued
+        assert queued["op"].startswith("pay-") and abs(queued["right"] - ops[(queued["op"], "1")]["left"]) < 1.0
+        assert d.find_element(By.CSS_SELECTOR, "tr.step-row[data-name='backoff'] td.took").text.endswith(" ms")
 
 
 def test_a_missing_browser_fails_under_ci(monkeypatch: Any) -> None:
