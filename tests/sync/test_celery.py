@@ -13,12 +13,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-import pytest
+import celery
 
 import fusee
 from tests.sync.servers import ROOT, wait_for
-
-celery = pytest.importorskip("celery")
 
 TASKS = re.compile(r"^```python\n(# tasks\.py.*?)^```", re.S | re.M)
 ORDERS = ["c0", "c1", "c2", "c3"]
