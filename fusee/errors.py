@@ -666,10 +666,13 @@ class NotWindowed(FuseeError, TypeError):
 
 
 class EngineForked(FuseeError, RuntimeError):
-    """A :class:`fusee.SyncEngine` was opened in one process and called in a child forked from it.
+    """An engine (:class:`fusee.Engine` or :class:`fusee.SyncEngine`) was opened in one process
+    and called in a child forked from it.
 
-    The engine's loop thread, its lock on the directory and its log do not
-    follow a ``fork``; nothing was recorded. Open the engine in each process
-    that uses it, after the fork (gunicorn: without ``--preload``, or in a
-    ``post_fork`` hook), and not in the parent.
+    The engine's loop, threads, lock on the directory and database connections
+    do not follow a ``fork`` (the child let go of its copies of them); nothing
+    was recorded. Open the engine in each process that uses it, after the fork
+    (gunicorn: without ``--preload``, or lazily at first use; Celery: in
+    ``worker_process_init``; ``multiprocessing``: the ``spawn`` or
+    ``forkserver`` start method), and not in the parent.
     """

@@ -44,6 +44,7 @@ from fusee.errors import (
     CorruptRecord,
     DirectoryLocked,
     EngineClosed,
+    EngineForked,
     FuseeError,
     InvalidWorkflowId,
     LeaseHeld,
@@ -66,7 +67,7 @@ from fusee.runtime.table import dedup_key
 from fusee.runtime.tokens import parse_token
 from fusee.runtime.wfloop import WorkflowLoop
 from fusee.steptimes import StepAttempt, step_attempts
-from fusee.storage import flush_modes
+from fusee.storage import flush_modes, forks
 from fusee.storage import postgres as pg_store
 from fusee.storage.committer import GroupCommitter
 from fusee.storage.directory import existing_shards
@@ -88,6 +89,22 @@ logger = logging.getLogger("fusee")
 
 class _Closes(Protocol):
     async def close(self) -> None: ...
+
+    def descriptors(self) -> set[int]:
+        """The sockets it holds (let go of in a forked child, see :mod:`fusee.storage.forks`)."""
+        ...
+
+
+def forked_error(what: str, pid: int) -> EngineForked:
+    """The error of a call made in a child forked from the process ``pid`` that opened ``what``."""
+    return EngineForked(
+        f"this {what} was opened in process {pid} and called in process {os.getpid()}, a child "
+        "forked from it: its loop, threads, directory lock and connections stay with the parent, "
+        "and nothing was recorded. Open the engine in each process that uses it, after the fork "
+        "(gunicorn: drop --preload, or open it lazily at first use; Celery: worker_process_init; "
+        "multiprocessing: the 'spawn' or 'forkserver' start method, or open it in the child); "
+        "see docs/hosts.md"
+    )
 
 
 #: What :meth:`Engine.open` calls: ``opener(cls, path, **every keyword of open)`` returns the
@@ -255,6 +272,8 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
     #: The continuous backup (``backup=``), None without one.
     _backup: BackupThread | None = None
     _backup_close_timeout: float = 30.0
+    #: The process that opened the engine: in a child forked from it every call raises EngineForked.
+    _pid: int
 
     def __init__(self) -> None:
         raise TypeError("use 'await fusee.Engine.open(path, workflows=[...])'")
@@ -546,6 +565,7 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
                 env.close()
             raise
         self = object.__new__(cls)
+        self._pid = os.getpid()
         self._env = env
         self._own_env = own_env
         self._log = log
@@ -645,7 +665,19 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
         if backup is not None:
             self._backup = backup.start(log)
             self._backup_close_timeout = backup.close_timeout
+        forks.hold(self, Engine._descriptors)
         return self
+
+    def _descriptors(self) -> set[int]:
+        """What this engine holds that a forked child must let go of: the files of its directory
+        (the lock among them) and its route server's sockets (PostgreSQL's connections let go of
+        themselves)."""
+        fds: set[int] = set()
+        if isinstance(self._env, RealEnv) and not pg_store.is_dsn(self._log.dir.path):
+            fds |= forks.files_under(self._log.dir.path)
+        if self._route_server is not None:
+            fds |= self._route_server.descriptors()
+        return fds
 
     @property
     def epoch(self) -> int:
@@ -730,6 +762,11 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
 
     # --- helpers ---------------------------------------------------------
 
+    def _check_process(self) -> None:
+        """Refuses a call in a forked child (the engine's loop, threads and lock stay in the parent)."""
+        if self._pid != os.getpid():
+            raise forked_error("engine", self._pid)
+
     def _check_loop(self) -> None:
         """Every entry point runs on the engine's loop: refuse others before anything is recorded."""
         try:
@@ -750,6 +787,7 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
         )
 
     def _check_open(self) -> None:
+        self._check_process()
         self._check_loop()
         if self._closed:
             raise EngineClosed("the engine is closed: open it again to continue")
@@ -1293,6 +1331,7 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
         must not be called from the engine's own loop (that would deadlock):
         there, ``await`` the method directly.
         """
+        self._check_process()  # in a forked child the loop never runs: it would wait forever
         try:
             running = asyncio.get_running_loop()
         except RuntimeError:
@@ -1440,6 +1479,7 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
 
     def describe(self, workflow_id: str) -> RunSummary:
         """The workflow's summary. Raises :class:`fusee.NotFound` for an unknown ID."""
+        self._check_process()  # a forked child would read the parent's state of the fork's instant
         st = self._rt.current(self._check_id(workflow_id))
         return self._summary(st, detail=True)
 
@@ -1467,6 +1507,7 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
         ``paused_steps``) and ``audit`` are filled by :meth:`describe` only;
         ``started_at``, ``ended_at`` and ``attributes`` everywhere.
         """
+        self._check_process()
         return [self._summary(st) for st in self._rt.wf.values()]
 
     def list(self, where: str | None = None, limit: int = 100, cursor: str | None = None, *,
@@ -1489,6 +1530,7 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
         fields and ``audit`` only by :meth:`describe`). Answers from memory,
         durable or not yet.
         """
+        self._check_process()
         states, next_cursor = visibility.select(self._rt, where, limit, cursor, order)
         return RunPage([self._summary(st) for st in states], next_cursor)
 
@@ -1499,6 +1541,7 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
         Walks what ``where`` selects (the whole table without an indexed term);
         answers from memory. Raises :class:`fusee.InvalidQuery` as :meth:`list` does.
         """
+        self._check_process()
         return visibility.counts(self._rt, where)
 
     def metrics(self) -> Metrics:
@@ -1507,6 +1550,7 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
         A walk of the workflow table (its time grows with the workflows);
         every field is documented on :class:`fusee.Metrics` and in docs/operations.md.
         """
+        self._check_process()
         return visibility.metrics(self._rt, self._committer,
                                   backup=self._backup.status() if self._backup is not None else None)
 
@@ -1559,11 +1603,16 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
         is (it continues at the next open), everything journaled is made
         durable, and a checkpoint is written. A step still running when the
         grace ends has its result dropped: it runs again at the next open.
+
+        In a child forked from the process that opened it, raises
+        :class:`fusee.EngineForked` at once: the parent owns the engine.
         """
+        self._check_process()
         self._check_loop()
         if self._closed:
             return
         self._closed = True
+        forks.release(self)
         rt = self._rt
         rt.closing = True
         grace_s = to_ms(grace) / 1000
