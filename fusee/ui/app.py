@@ -24,6 +24,7 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
 import fusee
+from fusee.core import records as rec
 from fusee.engine import visibility
 from fusee.errors import FuseeError, InvalidQuery, NotFound
 from fusee.http.auth import check_secret, user_of
@@ -58,6 +59,7 @@ NAV: tuple[tuple[str, str | None], ...] = (
     ("Objects", "/objects"))
 FLASH = {
     "start": "Run started: its start is durable.",
+    "fork": "Fork started: a new run from the original's journal before the cut (the original goes on).",
     "signal": "Signal sent: it is durable in the run's journal.",
     "cancel": "Cancellation requested: the run's pending operations raise Cancelled.",
     "terminate": "Run terminated.",
@@ -77,6 +79,23 @@ async def on_engine(engine: fusee.Engine, fn: Callable[..., Any], *args: Any, **
     if asyncio.get_running_loop() is loop:
         return await call()
     return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(call(), loop))
+
+
+def _cut(form: dict[str, str]) -> dict[str, Any]:
+    """Where a reset or fork cuts the journal (a step's name, or an operation's position) and
+    whether signals after the cut come again, from its dialog's fields."""
+    step = str(form.get("step", "")).strip()
+    position = str(form.get("position", "")).strip()
+    # A form without the box says nothing of signals (they come again); with it, unticked drops them.
+    reapply = "reapply_signals" in form or "signals_choice" not in form
+    if position:
+        try:
+            return {"before_position": int(position), "reapply_signals": reapply}
+        except ValueError:
+            raise ValueError(f"the position must be an operation's number, got {position!r}") from None
+    if not step:
+        raise ValueError("choose where to cut: before a step, or before an operation's position")
+    return {"before_step": step, "reapply_signals": reapply}
 
 
 def _internal_page(wid: str, workflow: str) -> tuple[str, str] | None:
@@ -285,7 +304,10 @@ class _UI:
         journal = await on_engine(self.engine, self.engine.journal, wid)
         tl = timeline.build(journal)
         internal = summary.workflow.startswith(INTERNAL_PREFIXES)
-        return {"wid": wid, "s": summary, "tl": tl, "internal": internal,
+        start = next((r for r in journal if isinstance(r, rec.Start)), None)
+        input_json = present.payload_json(start.input) if start is not None else ""
+        return {"wid": wid, "s": summary, "tl": tl, "internal": internal, "input_json": input_json,
+                "startable_here": summary.workflow in dict(self.startable()),
                 "internal_page": _internal_page(wid, summary.workflow) if internal else None}
 
     async def run(self, request: Request, error: str | None = None, status_code: int = 200) -> Response:
@@ -386,14 +408,20 @@ class _UI:
                 if not await on_engine(engine, self.resume, wid, by):
                     return await self.run(request, error=f"resume refused: run {wid!r} has no paused step to "
                                           "resume (resume is for steps whose retries ran out)", status_code=409)
-            elif what == "reset":
-                step = str(form.get("step", "")).strip()
-                if not step:
-                    raise ValueError("choose the step to reset to: the run continues from before it")
-                await on_engine(engine, engine.reset, wid, before_step=step, by=by)
+            elif what in ("reset", "fork"):
+                cut = _cut(form)
+                if what == "reset":
+                    await on_engine(engine, engine.reset, wid, **cut, by=by)
+                else:
+                    new_id = str(form.get("new_id", "")).strip()
+                    if not new_id:
+                        raise ValueError("the fork needs a workflow ID of its own, one the engine has not run yet")
+                    await on_engine(engine, engine.fork, wid, new_id, **cut, by=by)
+                    base = request.scope.get("root_path", "").rstrip("/")
+                    return RedirectResponse(f"{base}/runs/{quote(new_id, safe='')}?done=fork", status_code=303)
             else:
                 return self.render(request, "error.html", status_code=404, title="Unknown action",
-                                   message=f"no action {what!r}: signal, cancel, terminate, resume or reset")
+                                   message=f"no action {what!r}: signal, cancel, terminate, resume, reset or fork")
         except (FuseeError, ValueError, TypeError) as e:
             return await self.run(request, error=f"{what} refused: {e}", status_code=400)
         base = request.scope.get("root_path", "").rstrip("/")

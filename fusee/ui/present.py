@@ -35,6 +35,13 @@ def payload_text(data: bytes, limit: int | None = SHORT) -> str:
     return clip(text, limit)
 
 
+def payload_json(data: bytes) -> str:
+    """A journaled payload as indented JSON a form can take back (empty for none)."""
+    if not data:
+        return ""
+    return json.dumps(value_of(data), ensure_ascii=False, indent=2)
+
+
 def error_text(data: bytes, limit: int | None = SHORT) -> str:
     """A journaled error as ``Type: message`` (a payload that is not an error shows as text)."""
     try:

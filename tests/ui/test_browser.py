@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from tests.ui import browser
-from tests.ui.ui_app import Served, populate, populate_timed
+from tests.ui.ui_app import Served, populate, populate_timed, waiting_for_signal
 
 TIMEOUT = 30
 
@@ -168,3 +168,32 @@ def test_a_missing_browser_fails_under_ci(monkeypatch: Any) -> None:
     monkeypatch.setenv("FUSEE_REQUIRE_BROWSER", "1")
     with pytest.raises(pytest.fail.Exception, match="chromium-driver"):
         browser.require()
+
+
+def test_fork_a_run_before_its_signal_dropping_it_in_the_browser() -> None:
+    browser.require()
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select, WebDriverWait
+
+    with Served(populate, full=True) as served, browser.chromium() as driver:
+        d: Any = driver
+        engine: Any = served.engine
+        wait = WebDriverWait(d, TIMEOUT)
+        d.get(served.url + "/runs/order-2")
+        wait.until(lambda _: d.find_elements(By.ID, "open-fork"))
+        d.find_element(By.ID, "open-fork").click()
+        new_id = d.find_element(By.ID, "fork-id")
+        wait.until(lambda _: new_id.is_displayed())
+        new_id.clear()
+        new_id.send_keys("order-2-b")
+        position = Select(d.find_element(By.ID, "fork-position"))
+        # Before the charge: the approval came while it retried, after the cut.
+        position.select_by_visible_text(next(o.text for o in position.options if o.text.endswith("step charge")))
+        d.find_element(By.ID, "fork-reapply").click()  # untick: the approval is not delivered again
+        d.find_element(By.ID, "confirm-fork").click()
+        wait.until(lambda _: d.find_elements(By.ID, "flash") and "/runs/order-2-b" in d.current_url)
+        served.call(waiting_for_signal, engine, "order-2-b")
+        journal = served.call(engine.journal, "order-2-b")
+        assert not any(type(r).__name__ == "Signal" for r in journal)
+        assert served.call(lambda: engine.describe("order-2-b").status) == "running"
+        assert served.call(lambda: engine.describe("order-2").status) == "ok"

@@ -411,3 +411,53 @@ def test_start_a_run_from_the_runs_page() -> None:
         assert served.call(engine.describe, "o-9").workflow == "order"
         status, body, _ = post(start, {"csrf": good, "workflow": "order", "workflow_id": "o-9", "input": '"b"'})
         assert status == 409 and "nothing started" in body
+
+
+def test_fork_reset_by_position_dropping_signals_and_rerun_with_new_input() -> None:
+    with Served(populate) as served:
+        engine: Any = served.engine
+        good = token(served, "order-2")
+        _, page = get(f"{served.url}/runs/order-2")
+        assert 'id="open-fork"' in page and 'id="open-rerun"' in page
+        # The rerun dialog starts from the run's own input.
+        assert re.search(r'id="rerun-input"[^>]*>&#34;bolt&#34;</textarea>', page)
+        # Cut before the charge: the approval arrived while it retried, so after the cut.
+        charge = next(r.seq for r in journal(served, "order-2") if isinstance(r, rec.Attempt))
+
+        def waits_without_a_signal(wid: str) -> None:
+            served.call(waiting_for_signal, engine, wid)
+            assert not any(isinstance(r, rec.Signal) for r in journal(served, wid))
+            assert summary(served, wid).status == "running"
+
+        # A fork with the signal dropped waits for approval again; order-2 is left alone.
+        status, _, location = post(f"{served.url}/action/fork/order-2", {
+            "csrf": good, "new_id": "order-2-again", "step": "", "position": str(charge), "signals_choice": "1"})
+        assert status == 303 and location.endswith("/runs/order-2-again?done=fork")
+        waits_without_a_signal("order-2-again")
+        assert summary(served, "order-2").status == "ok"
+        assert ("reset", "web-ui") in [(a.action, a.by) for a in summary(served, "order-2-again").audit]
+
+        # The same cut with the signal delivered again finishes as the original did.
+        status, _, _ = post(f"{served.url}/action/fork/order-2", {
+            "csrf": good, "new_id": "order-2-same", "position": str(charge), "signals_choice": "1",
+            "reapply_signals": "on"})
+        assert status == 303
+        assert served.call(lambda: engine.get("order-2-same").result()) == served.call(
+            lambda: engine.get("order-2").result())
+
+        # Reset by position, dropping the signal: the run itself waits again.
+        status, _, _ = post(f"{served.url}/action/reset/order-2", {
+            "csrf": good, "position": str(charge), "signals_choice": "1"})
+        assert status == 303
+        waits_without_a_signal("order-2")
+
+        status, body, _ = post(f"{served.url}/action/fork/order-2", {"csrf": good, "new_id": "", "step": "quote"})
+        assert status == 400 and "ID of its own" in body
+        status, body, _ = post(f"{served.url}/action/fork/order-2", {"csrf": good, "new_id": "x", "position": "two"})
+        assert status == 400 and "operation&#39;s number" in body
+
+        status, _, location = post(f"{served.url}/start", {"csrf": good, "workflow": "order",
+                                                           "workflow_id": "order-2-rerun", "input": '"carla"'})
+        assert status == 303 and location.endswith("/runs/order-2-rerun?done=start")
+        served.call(waiting_for_signal, engine, "order-2-rerun")
+        assert summary(served, "order-2-rerun").attributes["customer"] == "carla"
