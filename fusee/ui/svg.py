@@ -88,7 +88,7 @@ def timeline(tl: Timeline, run_url: str) -> str:
         cx, cy, r = x(m.index) + cw / 2, marks_y + LANE_H / 2, min(7.0, cw / 2 + 1)
         fill = MARK_COLORS.get(m.kind, "#64748b")
         out.append(
-            f'<g class="mark mark-{_a(m.kind)}"><title>{_a(m.label)} (#{m.index}) {_a(m.detail)}</title>'
+            f'<g class="mark mark-{_a(m.kind)}"><title>{_a(m.label)} (record {m.index}) {_a(m.detail)}</title>'
             f'<path d="M{cx:.1f} {cy - r:.1f} L{cx + r:.1f} {cy:.1f} L{cx:.1f} {cy + r:.1f} '
             f'L{cx - r:.1f} {cy:.1f} Z" fill="{fill}"/></g>')
     for k, o in enumerate(ops):
@@ -184,7 +184,7 @@ def waterfall(tl: Timeline, run_url: str) -> str:
         cx, cy, r = x(at), marks_y + LANE_H / 2, 6.0
         fill = MARK_COLORS.get(m.kind, "#64748b")
         out.append(
-            f'<g class="mark mark-{_a(m.kind)}"><title>{_a(m.label)} (#{m.index}, {_a(present.when(int(at)))}) '
+            f'<g class="mark mark-{_a(m.kind)}"><title>{_a(m.label)} (record {m.index}, {_a(present.when(int(at)))}) '
             f'{_a(m.detail)}</title>'
             f'<path d="M{cx:.1f} {cy - r:.1f} L{cx + r:.1f} {cy:.1f} L{cx:.1f} {cy + r:.1f} '
             f'L{cx - r:.1f} {cy:.1f} Z" fill="{fill}"/></g>')

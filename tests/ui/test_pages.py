@@ -461,3 +461,18 @@ def test_fork_reset_by_position_dropping_signals_and_rerun_with_new_input() -> N
         assert status == 303 and location.endswith("/runs/order-2-rerun?done=start")
         served.call(waiting_for_signal, engine, "order-2-rerun")
         assert summary(served, "order-2-rerun").attributes["customer"] == "carla"
+
+
+def test_the_steps_table_lists_every_failed_attempt_and_numbers_operations_one_way() -> None:
+    with Served(populate) as served:
+        _, page = get(f"{served.url}/runs/sync-1")
+        row = re.search(r'<tr class="step-row" data-name="pull".*?</tr>', page, re.S)
+        assert row is not None
+        items = re.findall(r'<li value="(\d+)"><span class="bad">([^<]*)</span>( — paused)?', row.group(0))
+        assert [(n, err, paused) for n, err, paused in items] == [
+            ("1", "RuntimeError: warehouse API unreachable", ""),
+            ("2", "RuntimeError: warehouse API unreachable", " — paused")]
+        # Operations are numbered by position (#n, what a reset before a position takes), records by place.
+        assert re.search(r'<td class="mono muted">#\d+</td>', row.group(0))
+        _, page = get(f"{served.url}/runs/order-2")
+        assert "signal approve (record " in page and "(#" not in page
