@@ -24,6 +24,7 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
 import fusee
+from fusee import codec
 from fusee.core import records as rec
 from fusee.engine import visibility
 from fusee.errors import FuseeError, InvalidQuery, NotFound
@@ -310,7 +311,8 @@ class _UI:
                 "startable_here": summary.workflow in dict(self.startable()),
                 "internal_page": _internal_page(wid, summary.workflow) if internal else None}
 
-    async def run(self, request: Request, error: str | None = None, status_code: int = 200) -> Response:
+    async def run(self, request: Request, error: str | None = None, status_code: int = 200,
+                  answer: dict[str, str] | None = None) -> Response:
         wid = request.path_params["wid"]
         try:
             ctx = await self.run_context(wid)
@@ -320,7 +322,7 @@ class _UI:
         done = request.query_params.get("done", "")
         live = self.fragment(request, "_run_live.html", svg=svg.timeline(ctx["tl"], base + "/runs/"), **ctx)
         return self.render(request, "run.html", status_code=status_code, error=error,
-                           flash=FLASH.get(done), live=live, **ctx)
+                           flash=FLASH.get(done), live=live, answer=answer, **ctx)
 
     async def run_live(self, request: Request) -> Response:
         wid = request.path_params["wid"]
@@ -408,6 +410,27 @@ class _UI:
                 if not await on_engine(engine, self.resume, wid, by):
                     return await self.run(request, error=f"resume refused: run {wid!r} has no paused step to "
                                           "resume (resume is for steps whose retries ran out)", status_code=409)
+            elif what in ("query", "update"):
+                name = str(form.get("name", "")).strip()
+                if not name:
+                    raise ValueError(f"the {what} needs the name its handler was registered with")
+                raw = str(form.get("arg", "")).strip()
+                try:
+                    arg = json.loads(raw) if raw else None
+                except ValueError as e:
+                    raise ValueError(f"the argument is not JSON ({e}): write 42, \"text\", {{\"k\": 1}} or "
+                                     "leave it empty for none") from None
+                if what == "query":
+                    result = await on_engine(engine, engine.query, wid, fusee.query(name), arg)
+                else:
+                    try:
+                        result = await on_engine(engine, engine.update, wid, fusee.update(name), arg)
+                    except (FuseeError, ValueError, TypeError):
+                        raise
+                    except Exception as e:  # the workflow's validator refused it: nothing was recorded
+                        raise ValueError(f"the update was rejected: {str(e) or type(e).__name__}") from None
+                shown = present.payload_json(codec.encode(result)) or "null"
+                return await self.run(request, answer={"what": what, "name": name, "value": shown})
             elif what in ("reset", "fork"):
                 cut = _cut(form)
                 if what == "reset":
@@ -421,7 +444,8 @@ class _UI:
                     return RedirectResponse(f"{base}/runs/{quote(new_id, safe='')}?done=fork", status_code=303)
             else:
                 return self.render(request, "error.html", status_code=404, title="Unknown action",
-                                   message=f"no action {what!r}: signal, cancel, terminate, resume, reset or fork")
+                                   message=f"no action {what!r}: signal, query, update, cancel, terminate, resume, "
+                                   "reset or fork")
         except (FuseeError, ValueError, TypeError) as e:
             return await self.run(request, error=f"{what} refused: {e}", status_code=400)
         base = request.scope.get("root_path", "").rstrip("/")

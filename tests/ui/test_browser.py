@@ -197,3 +197,33 @@ def test_fork_a_run_before_its_signal_dropping_it_in_the_browser() -> None:
         assert not any(type(r).__name__ == "Signal" for r in journal)
         assert served.call(lambda: engine.describe("order-2-b").status) == "running"
         assert served.call(lambda: engine.describe("order-2").status) == "ok"
+
+
+def test_query_a_run_and_start_another_in_the_browser() -> None:
+    browser.require()
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select, WebDriverWait
+
+    with Served(populate, full=True) as served, browser.chromium() as driver:
+        d: Any = driver
+        engine: Any = served.engine
+        wait = WebDriverWait(d, TIMEOUT)
+        d.get(served.url + "/runs/order-3")
+        wait.until(lambda _: d.find_elements(By.ID, "open-query"))
+        d.find_element(By.ID, "open-query").click()
+        name = d.find_element(By.ID, "query-name")
+        wait.until(lambda _: name.is_displayed())
+        name.send_keys("notes")
+        d.find_element(By.ID, "confirm-query").click()
+        wait.until(lambda _: d.find_elements(By.ID, "answer-value"))
+        assert '"customer": "zenith"' in d.find_element(By.ID, "answer-value").text
+
+        d.get(served.url + "/")
+        wait.until(lambda _: d.find_elements(By.ID, "open-start"))
+        d.find_element(By.ID, "open-start").click()
+        Select(d.find_element(By.ID, "start-workflow")).select_by_value("order")
+        d.find_element(By.ID, "start-id").send_keys("order-9")
+        d.find_element(By.ID, "start-input").send_keys('"quill"')
+        d.find_element(By.ID, "confirm-start").click()
+        wait.until(lambda _: "/runs/order-9" in d.current_url and d.find_elements(By.ID, "flash"))
+        assert served.call(lambda: engine.describe("order-9").attributes["customer"]) == "quill"

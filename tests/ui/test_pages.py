@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import html
+import json
 import re
 import urllib.error
 import urllib.parse
@@ -476,3 +478,33 @@ def test_the_steps_table_lists_every_failed_attempt_and_numbers_operations_one_w
         assert re.search(r'<td class="mono muted">#\d+</td>', row.group(0))
         _, page = get(f"{served.url}/runs/order-2")
         assert "signal approve (record " in page and "(#" not in page
+
+
+def test_query_and_update_a_run_from_its_page() -> None:
+    with Served(populate) as served:
+        good = token(served, "order-1")
+        url = f"{served.url}/action"
+        status, body, _ = post(f"{url}/query/order-1", {"csrf": good, "name": "notes", "arg": ""})
+        assert status == 200
+        answer = re.search(r'<pre class="mono" id="answer-value">(.*?)</pre>', body, re.S)
+        assert answer is not None and json.loads(html.unescape(answer.group(1))) == {"customer": "acme", "notes": []}
+
+        status, body, _ = post(f"{url}/update/order-1", {"csrf": good, "name": "note", "arg": '"call back"'})
+        assert status == 200 and "durable in the journal" in body
+        assert re.search(r'id="answer-value">1</pre>', body)
+        assert any(isinstance(r, rec.Update) for r in journal(served, "order-1"))
+
+        records = len(journal(served, "order-1"))
+        status, body, _ = post(f"{url}/update/order-1", {"csrf": good, "name": "note", "arg": '"  "'})
+        assert status == 400 and "a note needs some text" in body
+        status, body, _ = post(f"{url}/update/order-1", {"csrf": good, "name": "note", "arg": "call back"})
+        assert status == 400 and "not JSON" in body
+        status, body, _ = post(f"{url}/query/order-1", {"csrf": good, "name": "", "arg": ""})
+        assert status == 400 and "needs the name" in body
+        status, body, _ = post(f"{url}/query/order-1", {"csrf": good, "name": "notes"}, {"Origin": "http://evil.example"})
+        assert status == 403
+        assert len(journal(served, "order-1")) == records  # refused requests recorded nothing
+
+        # An ended run answers queries too (its journal is replayed read-only).
+        status, body, _ = post(f"{url}/query/order-2", {"csrf": good, "name": "notes"})
+        assert status == 200 and "bolt" in html.unescape(body)

@@ -42,6 +42,18 @@ async def invoice(ctx: fusee.Ctx, order: str) -> str:
 @fusee.workflow("order")
 async def order(ctx: fusee.Ctx, customer: str) -> str:
     ctx.set_attributes({"customer": customer, "region": "eu" if customer < "m" else "us"})
+    notes: list[str] = []
+    ctx.on_query(fusee.query("notes"), lambda: {"customer": customer, "notes": notes})
+
+    def add_note(text: str) -> int:
+        notes.append(text)
+        return len(notes)
+
+    def non_empty(text: str) -> None:
+        if not text.strip():
+            raise ValueError("a note needs some text")
+
+    ctx.on_update(fusee.update("note", str), add_note, validator=non_empty)
     price = await ctx.step("quote", lambda: 42)
     log = ctx.stream("log")
     await log.write(f"quoted {price} for {customer}")
