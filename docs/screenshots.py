@@ -21,7 +21,17 @@ from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 
 from tests.ui.browser import chromium  # noqa: E402
-from tests.ui.ui_app import Served, charges, invoice, order, populate, report, restock, timed  # noqa: E402
+from tests.ui.ui_app import (  # noqa: E402
+    Served,
+    add,
+    charges,
+    invoice,
+    order,
+    populate,
+    report,
+    restock,
+    timed,
+)
 
 OUT = ROOT / "docs" / "img"
 
@@ -45,6 +55,10 @@ async def demo(engine: Any) -> None:
     await engine.trigger_schedule("nightly-sales")
     # The limits page: steps holding the "payments" permits, more waiting.
     await engine.start(charges, "charges-1", 7)
+    # The objects pages: carts.
+    for key, skus in (("alice", ["apple", "apple", "pear"]), ("bob", ["kiwi"]), ("carol", ["fig", "plum"])):
+        for sku in skus:
+            await engine.call(add, key, sku)
 
 
 def main() -> None:
@@ -89,6 +103,12 @@ def main() -> None:
         driver.get(served.url + "/limits")
         wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "tr.limit-row"))
         driver.save_screenshot(str(OUT / "ui-limits.png"))
+
+        driver.set_window_size(1360, 820)
+        driver.get(served.url + "/objects/cart/alice")
+        wait.until(lambda d: d.find_elements(By.ID, "state"))
+        driver.find_element(By.ID, "open-save").click()
+        driver.save_screenshot(str(OUT / "ui-object.png"))
     print("saved", ", ".join(p.name for p in sorted(OUT.glob("ui-*.png"))))
 
 
