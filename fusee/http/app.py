@@ -23,7 +23,7 @@ import msgspec
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.requests import Request
-from starlette.responses import JSONResponse, RedirectResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Mount, Route, Router
 from starlette.types import ASGIApp
 
@@ -32,7 +32,7 @@ from fusee import codec, errors, journal_file, objects, views
 from fusee.engine.bulk import ACTIONS as BULK_ACTIONS
 from fusee.engine.bulk import MAX_BULK
 from fusee.engine.visibility import MAX_LIMIT, ORDERS
-from fusee.http import openapi, schemas
+from fusee.http import openapi, schemas, sse
 from fusee.http.auth import Authentication, Authenticator, check_tokens, user_of
 from fusee.http.guard import DEFAULT_MAX_BODY, LOOPBACK_HOSTS, error_response, too_large
 from fusee.http.guard import middleware as guards
@@ -235,7 +235,7 @@ class _Api:
         await self.exists(wid)
         engine = self.engine
 
-        async def events() -> AsyncIterator[bytes]:
+        async def events() -> AsyncIterator[sse.Event]:
             at, run_id = offset, pinned
             while True:
                 try:
@@ -244,22 +244,21 @@ class _Api:
                         functools.partial(engine.stream_batch, wid, name, at, wait=STREAM_POLL, run_id=run_id))
                     chunks, nxt, ended, run_id = b.chunks, b.next_offset, b.ended, b.run_id
                 except errors.FuseeError as e:
-                    data = json.dumps({"type": type(e).__name__, "message": str(e)})
-                    yield f"event: error\ndata: {data}\n\n".encode()
+                    yield sse.event(json.dumps({"type": type(e).__name__, "message": str(e)}), event="error")
                     return
                 if not chunks and not ended:
-                    yield b": waiting\n\n"  # keeps proxies from closing an idle stream
+                    yield sse.event(comment="waiting")  # keeps proxies from closing an idle stream
                 for i, chunk in enumerate(chunks):
                     # The id is the offset after this chunk: a reconnect sends it as Last-Event-ID.
-                    yield f"id: {at + i + 1}\nevent: chunk\ndata: {json.dumps(chunk)}\n\n".encode()
+                    yield sse.event(json.dumps(chunk), event="chunk", id=str(at + i + 1))
                 at = nxt
                 if ended:
                     end = {"offset": at, "status": b.end_status, "run_id": run_id}
-                    yield f"event: end\ndata: {json.dumps(end)}\n\n".encode()
+                    yield sse.event(json.dumps(end), event="end")
                     return
 
-        return StreamingResponse(events(), media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        # sse-starlette: the event encoding, client disconnects and the server's shutdown.
+        return sse.response(events(), headers={"Cache-Control": "no-cache"})
 
     @_handler()
     async def metrics(self, request: Request) -> Response:

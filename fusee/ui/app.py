@@ -19,7 +19,7 @@ from urllib.parse import parse_qsl, quote, urlencode
 
 import jinja2
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
+from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
@@ -28,6 +28,7 @@ from fusee import codec
 from fusee.core import records as rec
 from fusee.engine import visibility
 from fusee.errors import FuseeError, InvalidQuery, NotFound
+from fusee.http import sse
 from fusee.http.auth import check_secret, user_of
 from fusee.ui import flow, objects, present, svg, timeline
 from fusee.ui.csrf import FIELD as CSRF_FIELD
@@ -346,30 +347,30 @@ class _UI:
             return Response("offset must be a whole number >= 0", 400, media_type="text/plain")
         engine = self.engine
 
-        async def events() -> AsyncIterator[str]:
+        async def events() -> AsyncIterator[sse.Event]:
             at = offset
             loop = asyncio.get_running_loop()
             until = loop.time() + STREAM_SPAN
-            yield "retry: 1000\n\n"
+            yield sse.event(retry=1000)
             while loop.time() < until:
                 try:
                     chunks, at, ended = await on_engine(
                         engine, engine.read_stream_batch, wid, name, at, wait=STREAM_WAIT)
                 except FuseeError as e:
-                    yield f"event: failure\ndata: {json.dumps(str(e))}\n\n"
+                    yield sse.event(json.dumps(str(e)), event="failure")
                     return
                 for chunk in chunks:
-                    yield f"data: {json.dumps(chunk, default=str, ensure_ascii=False)}\n\n"
+                    yield sse.event(json.dumps(chunk, default=str, ensure_ascii=False))
                 if chunks:
-                    yield f"id: {at}\n\n"
+                    yield sse.event(id=str(at))
                 if ended:
-                    yield "event: end\ndata: {}\n\n"
+                    yield sse.event("{}", event="end")
                     return
                 if not chunks:
-                    yield ": waiting\n\n"
+                    yield sse.event(comment="waiting")
 
-        return StreamingResponse(events(), media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
+        # sse-starlette: the event encoding, client disconnects and the server's shutdown.
+        return sse.response(events())
 
     async def action(self, request: Request) -> Response:
         wid = request.path_params["wid"]
