@@ -156,6 +156,8 @@ def load_batch(rt: RecoveryHost) -> None:
             room -= 1
     finally:
         rt.limiter.recovering = False
+    if room < loaded:
+        rt.stats["recovery_batches"] += 1
     log.debug("recovery loaded a batch of %d runs; %d still to load", loaded - room, len(queue))
     budget.settle(rt)
 

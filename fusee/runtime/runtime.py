@@ -154,7 +154,7 @@ class Runtime:
         #: False: runs that end keep only their start, ending and outbox (see ``fusee.runtime.history``).
         self.keep_history = True
         self.stats = {"steps": 0, "replays": 0, "runs_started": 0, "parked": 0, "woken": 0, "checkpoints": 0,
-                      "signals_dropped": 0, "budget_parks": 0}
+                      "signals_dropped": 0, "budget_parks": 0, "recovery_batches": 0}
         #: Spans and metrics (``fusee.runtime.telemetry``); None: off, and each hook costs one test.
         self.telemetry: TelemetryHooks | None = None
 
