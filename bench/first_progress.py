@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import os
 import shutil
 import signal
@@ -81,18 +82,37 @@ async def fill(path: Path, runs: int, steps: int) -> None:
     await asyncio.sleep(3600)
 
 
+class _LastBatch(logging.Handler):
+    """Notes when recovery logged its last batch (polling ``metrics()`` would walk the table of
+    100,000 runs every time and slow what it measures)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.at: float | None = None
+        self.done = asyncio.Event()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.getMessage().endswith("; 0 still to load") and self.at is None:
+            self.at = time.perf_counter()
+            self.done.set()
+
+
 async def measure(path: Path, batch: int, runs: int) -> dict[str, Any]:
+    last = _LastBatch()
+    logger = logging.getLogger("fusee")
+    logger.addHandler(last)
+    logger.setLevel(logging.DEBUG)
     t0 = time.perf_counter()
     engine = await fusee.Engine.open(path, workflows=WORKFLOWS, park_after=None,
                                      recovery_batch=batch if batch > 0 else runs + 1)
     opened = time.perf_counter()
-    while engine.metrics().runs_to_load > 0:
-        await asyncio.sleep(0.001)
-    all_loaded = time.perf_counter()
+    await last.done.wait()
     while not FIRST:
-        await asyncio.sleep(0.001)
+        await asyncio.sleep(0.01)
+    assert engine.metrics().runs_to_load == 0
+    assert last.at is not None
     return {"recovery_batch": batch or "all", "open_returned_s": opened - t0, "first_progress_s": FIRST[0] - t0,
-            "last_loaded_s": all_loaded - t0}
+            "last_loaded_s": last.at - t0}
 
 
 def main() -> None:
@@ -100,6 +120,8 @@ def main() -> None:
     p.add_argument("--runs", type=int, default=100_000)
     p.add_argument("--steps", type=int, default=3, help="quick steps each run replays before the hanging one")
     p.add_argument("--batches", default="1000,0", help="recovery_batch values to measure (0: one batch of all)")
+    p.add_argument("--filled", help="a directory an earlier run filled and kept (--keep): skip the filling")
+    p.add_argument("--keep", help="keep the filled directory here (copied) for later runs")
     p.add_argument("--phase", choices=["fill", "measure"], help=argparse.SUPPRESS)
     p.add_argument("--dir", help=argparse.SUPPRESS)
     p.add_argument("--batch", type=int, help=argparse.SUPPRESS)
@@ -111,19 +133,22 @@ def main() -> None:
         print(json.dumps(asyncio.run(measure(Path(args.dir), args.batch, args.runs))), flush=True)
         os._exit(0)  # the figures are out; closing 100,000 runs measures nothing here
     with common.scratch("fusee-first-progress") as root:
-        filled = root / "filled"
-        t0 = time.perf_counter()
-        env = {**os.environ, "FIRST_PROGRESS_PHASE": "fill"}
-        cmd = [sys.executable, __file__, "--phase", "fill", "--dir", str(filled), "--runs", str(args.runs),
-               "--steps", str(args.steps)]
-        with subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=env) as child:
-            assert child.stdout is not None
-            line = child.stdout.readline()
-            os.kill(child.pid, signal.SIGKILL)
-            child.wait()
-        if not line.startswith("READY"):
-            raise SystemExit(f"the filling child failed (exit {child.returncode})")
-        print(f"filled {args.runs:,} runs mid-step in {time.perf_counter() - t0:.1f} s", flush=True)
+        filled = Path(args.filled) if args.filled else root / "filled"
+        if not args.filled:
+            t0 = time.perf_counter()
+            env = {**os.environ, "FIRST_PROGRESS_PHASE": "fill"}
+            cmd = [sys.executable, __file__, "--phase", "fill", "--dir", str(filled), "--runs", str(args.runs),
+                   "--steps", str(args.steps)]
+            with subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=env) as child:
+                assert child.stdout is not None
+                line = child.stdout.readline()
+                os.kill(child.pid, signal.SIGKILL)
+                child.wait()
+            if not line.startswith("READY"):
+                raise SystemExit(f"the filling child failed (exit {child.returncode})")
+            print(f"filled {args.runs:,} runs mid-step in {time.perf_counter() - t0:.1f} s", flush=True)
+            if args.keep:
+                shutil.copytree(filled, args.keep)
         env = {k: v for k, v in os.environ.items() if k != "FIRST_PROGRESS_PHASE"}
         for batch in (int(b) for b in args.batches.split(",")):
             copy = root / f"copy-{batch}"

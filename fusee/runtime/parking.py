@@ -33,7 +33,6 @@ class _PermitWaits(Protocol):
 class ParkingHost(budget.BudgetHost, Protocol):
     """What parking asks of the runtime (``Runtime`` provides it)."""
 
-
     @property
     def steps(self) -> _PermitWaits: ...
     @property

@@ -1081,6 +1081,8 @@ class Runtime:
         for st in self.wf.values():
             st.run = None
             st.waiters = None
+        self.quiet.clear()
+        self.load_queue.clear()
 
     # --- steps ----------------------------------------------------------------------
 
