@@ -10,7 +10,8 @@ batch: every run replays before any goes on, as before batches). Each run's
 next step awaits once (as a step doing I/O would), so it can only finish once
 the loop gets a turn. Reported, from the start of ``Engine.open``: when the
 open returned, when the first recovered run finished that step (first
-progress), and when the last run was loaded (``metrics().runs_to_load == 0``).
+progress), when the last run was loaded (the DEBUG line of its batch) and when
+every run had finished that step.
 
 Not part of ``run_all.py`` (filling 100,000 runs takes minutes); ``--runs
 2000`` is a quick look. Timings on a shared machine are noisy.
@@ -40,6 +41,10 @@ import fusee
 #: In the child, the hanging step hangs; in a measuring process it notes the first finish.
 HANG = os.environ.get("FIRST_PROGRESS_PHASE") == "fill"
 FIRST: list[float] = []
+#: How many runs finished the step, how many there are, and when the last one did.
+RUNS = [0]
+RUNS_WANTED = [-1]
+DONE: list[float] = []
 
 
 def quick(i: int) -> int:
@@ -52,6 +57,9 @@ async def work(wid: str) -> str:
     await asyncio.sleep(0)  # as a step doing I/O would: it goes on only once the loop gets a turn
     if not FIRST:
         FIRST.append(time.perf_counter())
+    RUNS[0] += 1
+    if RUNS[0] == RUNS_WANTED[0]:
+        DONE.append(time.perf_counter())
     return wid
 
 
@@ -98,6 +106,7 @@ class _LastBatch(logging.Handler):
 
 
 async def measure(path: Path, batch: int, runs: int) -> dict[str, Any]:
+    RUNS_WANTED[0] = runs
     last = _LastBatch()
     logger = logging.getLogger("fusee")
     logger.addHandler(last)
@@ -107,12 +116,12 @@ async def measure(path: Path, batch: int, runs: int) -> dict[str, Any]:
                                      recovery_batch=batch if batch > 0 else runs + 1)
     opened = time.perf_counter()
     await last.done.wait()
-    while not FIRST:
+    while not DONE:
         await asyncio.sleep(0.01)
     assert engine.metrics().runs_to_load == 0
     assert last.at is not None
     return {"recovery_batch": batch or "all", "open_returned_s": opened - t0, "first_progress_s": FIRST[0] - t0,
-            "last_loaded_s": last.at - t0}
+            "last_loaded_s": last.at - t0, "all_progressed_s": DONE[0] - t0}
 
 
 def main() -> None:
@@ -158,7 +167,8 @@ def main() -> None:
                                  capture_output=True, text=True, env=env, check=True)
             r = json.loads(out.stdout.strip().splitlines()[-1])
             print(f"recovery_batch={r['recovery_batch']}: open returned {r['open_returned_s']:.3f} s, "
-                  f"first progress {r['first_progress_s']:.3f} s, last run loaded {r['last_loaded_s']:.3f} s",
+                  f"first progress {r['first_progress_s']:.3f} s, last run loaded {r['last_loaded_s']:.3f} s, "
+                  f"every run past the step {r['all_progressed_s']:.3f} s",
                   flush=True)
             shutil.rmtree(copy)
 
