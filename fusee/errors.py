@@ -501,6 +501,15 @@ class InvalidDuration(FuseeError, ValueError):
     """
 
 
+class InvalidSize(FuseeError, ValueError):
+    """A size in bytes is not one of the accepted forms.
+
+    Accepted: a positive ``int`` of bytes (not a bool), or a string of a
+    number and a unit: B, KB, MB, GB, TB (powers of 1000) or KiB, MiB, GiB,
+    TiB (powers of 1024), such as "256MiB", "1.5GB" or "4096B".
+    """
+
+
 class RecordedError(FuseeError):
     """An error as the journal recorded it: its type, module, message and traceback text.
 

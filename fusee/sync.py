@@ -35,7 +35,9 @@ from fusee.objects import Handler, ObjectDef, ObjectState
 from fusee.retry import Retry
 from fusee.runtime.context import Duration
 from fusee.runtime.env import DEFAULT_STEP_THREADS, Env
+from fusee.runtime.runtime import DEFAULT_LOAD_ROOM
 from fusee.runtime.streams import StreamBatch
+from fusee.sizes import Size
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -164,6 +166,8 @@ class SyncEngine:
         checkpoint_bytes: int | None = None,
         park_after: float | None = 60.0,
         max_loaded: int | None = None,
+        memory_budget: Size | None = None,
+        recovery_batch: int = DEFAULT_LOAD_ROOM,
         retention: float | None = None,
         read_only: bool = False,
         keep_history: bool = True,
@@ -188,7 +192,7 @@ class SyncEngine:
             flush=flush, step_threads=step_threads, truncate_corrupt=truncate_corrupt,
             segment_bytes=segment_bytes, blob_threshold=blob_threshold, checkpoint_every=checkpoint_every,
             checkpoint_interval=checkpoint_interval, checkpoint_bytes=checkpoint_bytes, park_after=park_after,
-            max_loaded=max_loaded, retention=retention, read_only=read_only, keep_history=keep_history,
+            max_loaded=max_loaded, memory_budget=memory_budget, recovery_batch=recovery_batch, retention=retention, read_only=read_only, keep_history=keep_history,
             codec=codec, limits=list(limits), telemetry=telemetry, exclusive=exclusive,
             route_timeout=route_timeout, namespace=namespace, lease_ttl=lease_ttl, route_address=route_address,
         )

@@ -33,6 +33,7 @@ from fusee.retry import Retry
 from fusee.runtime.context import Duration
 from fusee.runtime.env import RealEnv
 from fusee.runtime.table import WorkflowState
+from fusee.sizes import Size
 from fusee.storage.simdisk import SimDisk
 
 __all__ = [
@@ -68,6 +69,8 @@ class EngineOptions(TypedDict, total=False):
     checkpoint_bytes: int | None
     park_after: float | None
     max_loaded: int | None
+    memory_budget: Size | None
+    recovery_batch: int
     retention: float | None
     keep_history: bool
     codec: Codec | None

@@ -61,11 +61,12 @@ from fusee.retry import Retry
 from fusee.runtime import ended, history
 from fusee.runtime.context import Duration
 from fusee.runtime.env import DEFAULT_STEP_THREADS, Env, RealEnv
-from fusee.runtime.runtime import IF_FINISHED, IF_RUNNING, Runtime
+from fusee.runtime.runtime import DEFAULT_LOAD_ROOM, IF_FINISHED, IF_RUNNING, Runtime
 from fusee.runtime.streams import StreamBatch, durable_chunks
 from fusee.runtime.table import dedup_key
 from fusee.runtime.tokens import parse_token
 from fusee.runtime.wfloop import WorkflowLoop
+from fusee.sizes import Size, to_bytes
 from fusee.steptimes import StepAttempt, step_attempts
 from fusee.storage import flush_modes, forks
 from fusee.storage import postgres as pg_store
@@ -298,6 +299,8 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
         checkpoint_bytes: int | None = None,
         park_after: float | None = 60.0,
         max_loaded: int | None = None,
+        memory_budget: Size | None = None,
+        recovery_batch: int = DEFAULT_LOAD_ROOM,
         retention: float | None = None,
         read_only: bool = False,
         keep_history: bool = True,
@@ -331,6 +334,18 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
 
         ``checkpoint_interval`` (seconds) also writes one that often while
         records were appended since the last one.
+
+        ``memory_budget`` (bytes: an int, or a string such as ``"256MiB"``) and
+        ``max_loaded`` (runs) bound what the runs loaded in memory hold: once they
+        pass either, suspended runs park at once, those quiet longest first,
+        whatever ``park_after`` says (a bad size raises
+        :class:`fusee.errors.InvalidSize`). ``metrics().loaded_bytes`` is what the
+        loaded runs are counted as holding (docs/operations.md says what it counts).
+        ``recovery_batch``: unfinished runs replay that many at a time; the open
+        returns once the first batch is loaded and the others follow in the
+        background, each after the loop had a turn, so the first runs go on while
+        later ones wait (``metrics().runs_to_load``). A run something arrives for
+        (a signal, a query, a timer) is loaded at once, before its turn.
 
         ``workflows`` also takes keyed objects (``fusee.object(...)``): each is a
         built-in workflow. ``limits`` declares the step limits steps may name
@@ -413,6 +428,8 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
                 checkpoint_bytes=checkpoint_bytes,
                 park_after=park_after,
                 max_loaded=max_loaded,
+                memory_budget=memory_budget,
+                recovery_batch=recovery_batch,
                 retention=retention,
                 read_only=read_only,
                 keep_history=keep_history,
@@ -447,6 +464,8 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
         park_after: float | None,
         max_loaded: int | None,
         retention: float | None,
+        memory_budget: Size | None = None,
+        recovery_batch: int = DEFAULT_LOAD_ROOM,
         read_only: bool = False,
         keep_history: bool = True,
         codec: Codec | None = None,
@@ -491,6 +510,13 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
         interval = periodic.check_interval(checkpoint_interval)
         if checkpoint_bytes is not None and (not isinstance(checkpoint_bytes, int) or checkpoint_bytes < 1):
             raise ValueError(f"checkpoint_bytes must be a positive int, got {checkpoint_bytes!r}")
+        budget_bytes = None if memory_budget is None else to_bytes(memory_budget, "memory_budget")
+        if max_loaded is not None and (not isinstance(max_loaded, int) or isinstance(max_loaded, bool)
+                                       or max_loaded < 0):
+            raise ValueError(f"max_loaded must be an int >= 0 or None, got {max_loaded!r}")
+        if not isinstance(recovery_batch, int) or isinstance(recovery_batch, bool) or recovery_batch < 1:
+            raise ValueError(f"recovery_batch must be a positive int (runs loaded per batch at open), "
+                             f"got {recovery_batch!r}")
         if shards is not None and (not isinstance(shards, int) or isinstance(shards, bool) or shards < 1):
             raise ValueError(f"shards must be a positive int, got {shards!r}")
         if inline_sync_steps not in (None, True, False):
@@ -594,10 +620,12 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
             retry or Retry(),
             park_after=park_after,
             max_loaded=max_loaded,
+            memory_budget=budget_bytes,
             retention=retention,
             checkpoint_every=checkpoint_every,
             codec=codec,
         )
+        self._rt.set_load_room(recovery_batch)
         self._rt.keep_history = bool(keep_history)
         if read_only:
             # A view advances nothing: a parked run's wake-up that came due while the
@@ -646,9 +674,9 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
         log.on_checkpoint_due = checkpoint_soon
         logger.info(
             "opened %s in %.3f s: %d records read after the checkpoint; %d workflows, %d loaded "
-            "(%d replayed), %d stuck",
+            "(%d replayed), %d more to load in batches of %d, %d stuck",
             log.dir.path, rt.loop.time() - opened_at, self.recovered_records, len(rt.wf), rt.loaded_runs,
-            rt.stats["replays"], len(rt.stuck),
+            rt.stats["replays"], len(rt.load_queue), rt.load_room, len(rt.stuck),
         )
         if interval is not None and not read_only:
             periodic.every(rt.loop, interval, self._periodic_checkpoint, self._wake_on_append)

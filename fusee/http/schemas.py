@@ -305,6 +305,9 @@ class Metrics(msgspec.Struct, kw_only=True):
     flush_p99_ms: float
     indexed: int
     stats: dict[str, int]
+    loaded_bytes: int = 0
+    memory_budget: int | None = None
+    runs_to_load: int = 0
 
 
 # --- schedules, limits and keyed objects (issue 12's operator side) --------------

@@ -33,6 +33,7 @@ from fusee.errors import (
     UpdateFailed,
 )
 from fusee.retry import Retry
+from fusee.runtime import budget
 from fusee.runtime.context import (
     ChildHandle,
     ContinueAsNew,
@@ -150,6 +151,8 @@ class RunHost(Protocol):
     limiter: Any  # fusee.limits.Limiter: checks a step's limit= at ctx.step
     telemetry: TelemetryHooks | None
     steps_started: bool  # a gated step started since the last pump began (see flush_soon)
+    loaded_bytes: int  # what loaded runs are counted as holding (fusee.runtime.budget)
+    last_append_bytes: int  # the encoded size of the latest append
 
     # the log
     def append(self, shard: int, r: rec.Record) -> int: ...
@@ -248,6 +251,10 @@ class Run:
         #: When the run last went quiet (Env ms), and whether a park check is queued for it.
         self.quiet_since = 0
         self.park_queued = False
+        #: What the run is counted as holding (``fusee.runtime.budget``), and whether the
+        #: runtime's total counts it (from its load until it parks or ends).
+        self.held_bytes = budget.RUN_BYTES + budget.journal_bytes(journal)
+        self.counted = False
         for r, lsn in zip(journal, lsns, strict=True):
             self._index(r)
             if type(r) is rec.CancelRequest:
@@ -298,6 +305,10 @@ class Run:
     def append(self, r: rec.Record) -> int:
         """Appends ``r`` to the log as this run's next record; returns its LSN."""
         lsn = self.rt.append(self.shard, r)
+        held = budget.RECORD_BYTES + self.rt.last_append_bytes
+        self.held_bytes += held
+        if self.counted:
+            self.rt.loaded_bytes += held
         self.journal.append(r)
         self.lsns.append(lsn)
         self.machine.gate = lsn
