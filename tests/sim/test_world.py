@@ -44,7 +44,6 @@ KNOWN_ENGINE_BUGS: dict[str, tuple[int, str]] = {
     # inline step while other runs' outcomes wait), and moved these seeds (920 is also a
     # regression seed) into it. Patterns name each failure exactly, so no other durability
     # failure (a sabotage's, say) passes for them.
-    r"^step 'store' of wf-13 \(wf-13/1946048895609407512/2\) finished at 1370\.953 ms": (97, _INLINE_STALLS),
     r"^step 'leg2' of wf-17 \(wf-17/3603421004625034509/2\) finished at 590\.210 ms": (106, _INLINE_STALLS),
     r"^step 'charge' of wf-23 \(wf-23/875811496024481524/1\) finished at 600\.186 ms": (169, _INLINE_STALLS),
     r"^step 'parent' of wf-9 \(wf-9/3391100372917412589/1\) finished at 581\.049 ms": (920, _INLINE_STALLS),
