@@ -46,7 +46,7 @@ KNOWN_ENGINE_BUGS: dict[str, tuple[int, str]] = {
     # failure (a sabotage's, say) passes for them.
     r"^step 'leg2' of wf-17 \(wf-17/3603421004625034509/2\) finished at 590\.210 ms": (106, _INLINE_STALLS),
     r"^step 'charge' of wf-23 \(wf-23/875811496024481524/1\) finished at 600\.186 ms": (169, _INLINE_STALLS),
-    r"^step 'parent' of wf-9 \(wf-9/3391100372917412589/1\) finished at 581\.049 ms": (920, _INLINE_STALLS),
+    r"^step 'store' of wf-13 \(wf-13/3816215529762955149/2\) finished at 1395\.570 ms": (920, _INLINE_STALLS),
 }
 
 
