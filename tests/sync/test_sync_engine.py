@@ -251,13 +251,19 @@ def test_a_forked_child_does_not_keep_the_directory_lock(tmp_path: Path) -> None
     engine = fusee.SyncEngine.open(tmp_path, workflows=WORKFLOWS)
     engine.start(adder, "a", 1)
     r, w = os.pipe()
+    ready_r, ready_w = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child lives on until the parent has reopened the directory
         os.close(w)
+        # The fork handler let go of the lock before fork() returned here: say so (a child
+        # not scheduled yet still shares the lock's open file description with the parent).
+        os.write(ready_w, b"r")
         os.read(r, 1)
         os._exit(0)
     os.close(r)
+    os.close(ready_w)
     try:
+        assert os.read(ready_r, 1) == b"r"
         engine.close()
         with fusee.SyncEngine.open(tmp_path, workflows=WORKFLOWS, exclusive=True) as again:
             assert again.is_owner
@@ -266,4 +272,5 @@ def test_a_forked_child_does_not_keep_the_directory_lock(tmp_path: Path) -> None
     finally:
         os.write(w, b"x")
         os.close(w)
+        os.close(ready_r)
         os.waitpid(pid, 0)
