@@ -83,6 +83,9 @@ class SimConfig:
     #: The engine reports spans to the simulator's tracer (``fusee.sim.tracing``),
     #: when OpenTelemetry's API is installed.
     telemetry: bool = False
+    #: ``Engine.open(keep_history=...)``: False on half the seeds, so ended runs keep only
+    #: their start and ending (the checkers then judge what the engine kept).
+    keep_history: bool = True
     #: Relative weight of each job kind in the built-in workload.
     mix: dict[str, int] = dataclasses.field(default_factory=lambda: dict.fromkeys(JOB_KINDS, 1))
 
@@ -133,6 +136,8 @@ class SimConfig:
                         else h.choice(["background", "pipeline"])),
             mix=mix,
             telemetry=random.Random(f"telemetry-{seed}").randrange(3) == 0,
+            # By parity, as the original does, so every other knob of a seed keeps its value.
+            keep_history=seed % 2 == 0,
         )
 
     def describe(self) -> str:
@@ -149,6 +154,7 @@ class SimConfig:
             f"close_every_ms={self.close_every_ms} close_grace_ms={self.close_grace_ms} "
             f"inline_sync_steps={self.inline_sync_steps} flush={self.flush_mode} mix={mix}"
             + (" telemetry=on" if self.telemetry else "")
+            + ("" if self.keep_history else " keep_history=off")
         )
 
     @property
@@ -170,6 +176,7 @@ class SimConfig:
             "checkpoint_every": self.checkpoint_every,
             "segment_bytes": self.segment_bytes,
             "blob_threshold": self.blob_threshold,
+            "keep_history": self.keep_history,
         }
         if accepted is not None:
             opts = {k: v for k, v in opts.items() if k in accepted}

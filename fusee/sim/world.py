@@ -26,7 +26,7 @@ import fusee
 from fusee import errors
 from fusee.core import records as rec
 from fusee.runtime.table import dedup_key
-from fusee.sim import checkers, flowjobs, workload
+from fusee.sim import checkers, flowjobs, integrity, workload
 from fusee.sim.checkers import Observed, Outcome, RunView, Snapshot
 from fusee.sim.config import SimConfig
 from fusee.sim.env import SimEnv
@@ -36,6 +36,7 @@ from fusee.sim.plan import (
     Action,
     Cancel,
     Complete,
+    Enqueue,
     ObjectCall,
     Plan,
     Reset,
@@ -421,6 +422,7 @@ class World:
             self.report.crashes += 1
         due = self._due_at_crash(kind)
         self._live_read()
+        self._check_integrity(f"at the crash at {self.t * 1000:.3f} ms")
         self.crashed_lives.add(self.life)
         self._end_life()
         if kind == _RESTART or self.disk.killed or self.kill_rng.random() < 0.5:
@@ -492,6 +494,19 @@ class World:
         if problems:
             raise self.fail(problems[0])
         self.log(f"an operator read the live directory: records up to {seen}")
+
+    def _check_integrity(self, when: str) -> None:
+        """The worst power loss now would leave a log that opens, whose batches find their blobs,
+        holding every record the engine counts durable (``fusee.sim.integrity``)."""
+        engine = self.engine
+        if engine is None or self.opening or (self.moved is not None and self.moved[0] == self.life):
+            return  # nothing open, or its directory was moved away (check_moved looks at the copy)
+        log = engine._log
+        durable = None if log.failed is not None else [log.durable(s) for s in range(log.shards)]
+        problems = integrity.check_log_integrity(self.disk, DATA_DIR, log.shards, self.cfg.segment_bytes,
+                                                 durable, when)
+        if problems:
+            raise self.fail(problems[0])
 
     def _view_stuck(self) -> dict[str, str]:
         """``Engine.open(DIR, read_only=True)`` beside the live engine, as ``fusee runs DIR`` opens it
@@ -762,6 +777,14 @@ class World:
             return
         except _NOTHING_THERE as e:
             answer = ("nothing", type(e).__name__)
+        except errors.HistoryUnavailable as e:
+            # Without history an ended run cannot answer a query or be reset: as promised.
+            if self.cfg.keep_history:
+                self._fail_later(f"{_describe(action)} raised HistoryUnavailable on an engine that "
+                                 f"keeps history: {e}")
+                return
+            answer = ("nothing", type(e).__name__)
+            self.report.history_refused += 1
         except errors.AlreadyExists:
             answer = ("exists", None)
         except (errors.SerializationError, errors.UnknownSignal) as e:
@@ -976,14 +999,17 @@ class World:
             self.opening = False
         problems = checkers.check_all(self.obs, snap, self.plan.service_violations(), final=final)
         if self.tracing is not None:
-            problems += self.tracing.check(self.obs, snap)
+            problems += checkers.tally("traces", self.tracing.check(self.obs, snap))
         if extra is not None:
             problems += extra(snap)
         for check in self.plan.checks:
-            problems += check(self, snap, final)
+            problems += checkers.tally(getattr(check, "__name__", "plan").removeprefix("check_"),
+                                       check(self, snap, final))
         if self.plan.flow is not None:
             problems += checkers.check_schedule_fires(self.plan.flow, snap.schedules, final=final)
             problems += checkers.check_windows(self.plan.flow, final=final)
+            sent = {a.event_id for a in self.actions if isinstance(a, Enqueue)}
+            problems += checkers.check_window_starts(self.plan.flow, sent, final=final)
         svc = self.svc
         if svc is not None:
             problems += checkers.check_cancel_gate(svc.effects, self.obs.cancels, svc.cancels_seen)
@@ -1132,6 +1158,7 @@ class World:
                 self._handle_due(self.loop.now)
             self._check_service()
         self.log("all finished")
+        self._check_integrity("at the end")
         self._check(final=True)
         self._finish_report()
         self.log("report " + self.report.line())
@@ -1140,9 +1167,9 @@ class World:
     def _check_service(self) -> None:
         v = self.plan.service_violations()
         if v:
-            raise self.fail(v[0])
+            raise self.fail(checkers.tally("service", v)[0])
         if self.obs.violations:
-            raise self.fail(self.obs.violations[0])
+            raise self.fail(checkers.tally("online", self.obs.violations)[0])
 
     def _finish_report(self) -> None:
         r = self.report
@@ -1168,6 +1195,10 @@ class World:
             self.report.inline_steps += self.env.steps_inline
             self.report.flush_waits += self.env.flush_waits
             self.env = None
+        log = getattr(self.engine, "_log", None)
+        if log is not None:
+            self.report.log_batches += int(getattr(log, "batches_written", 0))
+            self.report.offloaded += int(getattr(log, "blobs_written", 0))
         stats = getattr(self.engine, "stats", None)
         if callable(stats):
             stats = stats()
