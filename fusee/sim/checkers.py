@@ -25,11 +25,14 @@ _P = ParamSpec("_P")
 #: soak's coverage atlas reads them (``fusee.sim.soak``); nothing else depends on them.
 runs: collections.Counter[str] = collections.Counter()
 fired: collections.Counter[str] = collections.Counter()
+#: The names of the checkers ``tallied`` wraps.
+known: set[str] = set()
 
 
 def tallied(fn: Callable[_P, list[str]]) -> Callable[_P, list[str]]:
     """Counts the checker's runs and the runs that found something (in ``runs``, ``fired``)."""
     name = fn.__name__.removeprefix("check_")
+    known.add(name)
 
     @functools.wraps(fn)
     def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> list[str]:

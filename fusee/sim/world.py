@@ -1165,11 +1165,11 @@ class World:
         return Result(self.report, self.trace, self.obs)
 
     def _check_service(self) -> None:
-        v = self.plan.service_violations()
+        v = checkers.tally("service", self.plan.service_violations())
         if v:
-            raise self.fail(checkers.tally("service", v)[0])
-        if self.obs.violations:
-            raise self.fail(checkers.tally("online", self.obs.violations)[0])
+            raise self.fail(v[0])
+        if checkers.tally("online", self.obs.violations):
+            raise self.fail(self.obs.violations[0])
 
     def _finish_report(self) -> None:
         r = self.report
