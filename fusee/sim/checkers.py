@@ -160,6 +160,15 @@ class Observed:
     #: Signals the engine refused as it must (wrong value, unknown name): (workflow ID, name,
     #: the journal's dedup value of its key); none may be in a journal.
     refused_signals: list[tuple[str, str, str]] = dataclasses.field(default_factory=list)
+    #: Receipts of acknowledged enqueues: event ID -> (window run ID, position).
+    receipts: dict[str, tuple[str, int]] = dataclasses.field(default_factory=dict)
+    #: What stream readers read (``ReadStream``): (workflow ID, stream) -> chunks, and how
+    #: each stream ended ("ok", "failed", ...; absent while a reader goes on).
+    streams: dict[tuple[str, str], list[Any]] = dataclasses.field(default_factory=dict)
+    stream_ends: dict[tuple[str, str], str | None] = dataclasses.field(default_factory=dict)
+    #: The first answer per object call ID (``Call``): "ok" with the handler's result, or
+    #: "failed" with its recorded error.
+    calls: dict[str, Outcome] = dataclasses.field(default_factory=dict)
     #: Online violations (first come first listed).
     violations: list[str] = dataclasses.field(default_factory=list)
 
@@ -190,6 +199,21 @@ class Observed:
                 f"update {update_id} to {wid} answered {prev[1].status} {prev[1].value!r} and "
                 f"later {outcome.status} {outcome.value!r}: an update ran twice"
             )
+
+    def receipt(self, event_id: str, receipt: tuple[str, int]) -> None:
+        """An enqueue was acknowledged: one event ID, one receipt, however often it was sent."""
+        prev = self.receipts.setdefault(event_id, receipt)
+        if prev != receipt:
+            self.violations.append(
+                f"event {event_id} got receipt {prev} and later {receipt}: one event ID, two receipts")
+
+    def call_answered(self, call_id: str, outcome: Outcome) -> None:
+        """An object call was answered: every answer to one call ID must be the same."""
+        prev = self.calls.setdefault(call_id, outcome)
+        if prev != outcome:
+            self.violations.append(
+                f"object call {call_id} answered {prev.status} {prev.value!r} and later "
+                f"{outcome.status} {outcome.value!r}: a call ran twice")
 
     def completion_answered(self, wid: str, token: str, accepted: bool, value: int = 0) -> None:
         self.completions.append((wid, token, accepted, value))

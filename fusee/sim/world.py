@@ -34,11 +34,13 @@ from fusee.sim.loop import SimDeadlock, SimLoop, run_within
 from fusee.sim.plan import (
     FLOW_ACTIONS,
     Action,
+    Call,
     Cancel,
     Complete,
     Enqueue,
     ObjectCall,
     Plan,
+    ReadStream,
     Reset,
     Signal,
     Start,
@@ -190,6 +192,8 @@ class World:
         self.svc: Any = self.plan.service
         #: Resets in flight: (life, workflow ID).
         self.resetting: set[tuple[int, str]] = set()
+        #: A scenario's window runs its receipts named: watched for their results like starts.
+        self.window_runs: set[str] = set()
         #: The tracer the engine reports spans to, on seeds with telemetry (see ``fusee.sim.tracing``).
         self.tracing: Any = _tracer_for(cfg)
         if self.svc is not None:
@@ -675,7 +679,7 @@ class World:
     # --- the client -------------------------------------------------------------
 
     def _watch_all(self) -> None:
-        for wid in list(self.obs.starts):
+        for wid in [*self.obs.starts, *sorted(self.window_runs)]:
             self._watch(wid)
         for parent in self.obs.starts:
             for kid, _ in self.obs.children.get(parent, ()):
@@ -734,7 +738,7 @@ class World:
             if not flowjobs.ready(self, action):
                 self._schedule_action(ix, self.loop.now + 0.005)
                 return
-        elif not isinstance(action, Start | ObjectCall) and action.id not in self.obs.starts:
+        elif not isinstance(action, Start | ObjectCall | Call | ReadStream) and action.id not in self.obs.starts:
             # The client only talks to workflows whose start it saw acknowledged.
             self._schedule_action(ix, self.loop.now + 0.005)
             return
@@ -759,6 +763,8 @@ class World:
             answer = ("rejected", None)
         except errors.UpdateFailed:
             answer = ("update_failed", None)
+        except errors.ObjectCallFailed as e:
+            answer = ("failed", f"{e.type_name}: {e.error_message}")
         except _RETRYABLE as e:
             if life == self.life and during_close and not isinstance(e, errors.EngineClosed):
                 self._fail_later(f"{_describe(action)} sent during a close raised {type(e).__name__}: "
@@ -837,9 +843,22 @@ class World:
                 return wf
         return workflow
 
+    def _resolve_handler(self, handler: Any) -> Any:
+        """The handler of the same name of the plan's object of the same name (a scenario
+        builds its definitions afresh for every seed)."""
+        for obj in self.plan.workflows:
+            if isinstance(obj, fusee.ObjectDef) and obj.name == handler.obj.name:
+                return obj.handlers.get(handler.name, handler)
+        return handler
+
     async def _request(self, engine: Any, action: Action) -> tuple[str, Any]:
         if isinstance(action, ObjectCall):
             return ("ok", await action.request(engine))
+        if isinstance(action, Call):
+            handler = self._resolve_handler(action.handler)
+            return ("ok", await engine.call(handler, action.key, action.arg, call_id=action.call_id))
+        if isinstance(action, ReadStream):
+            return await self._read_stream(engine, action)
         if isinstance(action, FLOW_ACTIONS):
             return await flowjobs.request(self, engine, action)
         if isinstance(action, Start):
@@ -865,6 +884,25 @@ class World:
         if isinstance(action, Reset):
             return await self._reset(engine, action)
         return ("ok", await engine.query(action.id, action.query))
+
+    async def _read_stream(self, engine: Any, action: ReadStream) -> tuple[str, Any]:
+        """Reads a stream to its end from where this client got to (in any earlier life)."""
+        key = (action.id, action.name)
+        got = self.obs.streams.setdefault(key, [])
+        while True:
+            try:
+                b = await engine.stream_batch(action.id, action.name, len(got), wait=0.050)
+            except errors.NotFound:
+                await asyncio.sleep(_RETRY_S)  # not started yet (a child, or a window run)
+                continue
+            if b.offset != len(got) or b.next_offset != len(got) + len(b.chunks):
+                self._fail_later(f"stream {action.name} of {action.id} read from offset {len(got)} "
+                                 f"answered offset {b.offset} with {len(b.chunks)} chunks and next offset "
+                                 f"{b.next_offset}: an offset was skipped")
+            got.extend(b.chunks)  # durable when answered: a crash cannot take them back
+            if b.ended:
+                self.obs.stream_ends[key] = b.end_status
+                return ("ok", b.end_status)
 
     async def _complete(self, engine: Any, action: Complete) -> list[bool]:
         """Completes every token handed out for ``action.id`` so far, once one is current.
@@ -932,6 +970,10 @@ class World:
         self.log(f"{_describe(action)}: {status} {value!r}")
         if isinstance(action, FLOW_ACTIONS):
             flowjobs.observe(self, action, answer)
+            if self.scenario and isinstance(action, Enqueue) and status == "ok":
+                # The window run it joined is the scenario's too: it must finish, with a result.
+                self.window_runs.add(str(value[0]))
+                self._watch(str(value[0]))
             return
         if isinstance(action, Start):
             self.obs.start_acked(action.id, action.kind)
@@ -963,6 +1005,11 @@ class World:
                 self.report.updates_rejected += status == "rejected"
         elif isinstance(action, ObjectCall):
             action.observe(status, value)
+        elif isinstance(action, Call):
+            self.report.object_calls += 1
+            self.obs.call_answered(action.call_id, Outcome(status, value))
+        elif isinstance(action, ReadStream):
+            self.report.streams_read += status == "ok"
         elif isinstance(action, (Complete, Reset)):
             pass  # each answer was recorded as it came (see _complete, _reset)
         elif status == "ok":
@@ -1028,6 +1075,8 @@ class World:
     def _all_done(self) -> bool:
         if not all(self.acked) or self.plan.unfinished() or not flowjobs.settled(self):
             return False
+        if any(wid not in self.obs.results for wid in self.window_runs):
+            return False
         for wid in self.obs.starts:
             if wid not in self.obs.results:
                 return False
@@ -1043,6 +1092,7 @@ class World:
             for x in [wid, *(k for k, _ in self.obs.children.get(wid, ()))]:
                 if x not in self.obs.results:
                     out.append(f"{x} (no result)")
+        out += [f"{w} (window run, no result)" for w in sorted(self.window_runs) if w not in self.obs.results]
         return out + self.plan.unfinished()
 
     # --- the run ------------------------------------------------------------------
@@ -1239,6 +1289,10 @@ def _tracer_for(cfg: SimConfig) -> Any:
 def _describe(action: Action) -> str:
     if isinstance(action, ObjectCall):
         return action.describe()
+    if isinstance(action, Call):
+        return f"call {action.handler.name} {action.key} ({action.call_id})"
+    if isinstance(action, ReadStream):
+        return f"read stream {action.name} of {action.id}"
     if isinstance(action, Start):
         return f"start {action.id} ({action.kind})"
     if isinstance(action, Signal):
