@@ -425,6 +425,7 @@ class World:
         else:
             self.report.crashes += 1
         due = self._due_at_crash(kind)
+        crashed_at = self.t
         self._live_read()
         self._check_integrity(f"at the crash at {self.t * 1000:.3f} ms")
         self.crashed_lives.add(self.life)
@@ -450,8 +451,9 @@ class World:
         self.log(f"recovered (life {self.life})")
         self.watched.clear()
         bound = self.cfg.durable_within_ms
-        self._after_recovery(lambda snap: checkers.check_durable(
-            due, snap, f"more than {bound:.1f} ms before the crash at {self.t * 1000:.3f} ms"))
+        # The crash's own time: the lambda runs after recovery, when self.t has moved on.
+        what = f"more than {bound:.1f} ms before the crash at {crashed_at * 1000:.3f} ms"
+        self._after_recovery(lambda snap: checkers.check_durable(due, snap, what))
 
     def _check_restart_progress(self) -> None:
         """Fails the seed when lives keep dying of a failed log without one more durable record.
