@@ -10,7 +10,6 @@ there? It looks at a copy of the disk, so the seed's own run is unchanged.
 
 from __future__ import annotations
 
-import copy
 import random
 
 from fusee import errors
@@ -27,10 +26,7 @@ def check_log_integrity(disk: SimDisk, path: str, shards: int, segment_bytes: in
     ``durable``: per shard, the last position the engine counts durable (it acknowledged
     work up to there), or None when the engine promises nothing (its log failed).
     """
-    image = copy.deepcopy(disk)
-    image.arm_kills(random.Random(0), 0.0)
-    image.crash_process()
-    image.power_loss(drop_all=True)
+    image = disk.worst_case_image()
     try:
         log, _ = SharedLog.open(image, path, shards, segment_bytes=segment_bytes, read_only=True,
                                 rng=random.Random(0))
