@@ -90,7 +90,8 @@ class Atlas:
     def markdown(self, *, title: str, limit: int | None = None) -> str:
         rows = self.sorted_rows()
         lines = [f"# {title}", "",
-                 f"{self.seeds} seeds, {len(self.failures)} failing; canary: {self._canary_text()}", ""]
+                 f"{self.seeds + len(self.failures)} seeds run: {self.seeds} passed (the rows count these), "
+                 f"{len(self.failures)} failed; canary: {self._canary_text()}", ""]
         if self.failures:
             lines += ["## Failures", "", "| seed | checker | what broke |", "|---:|---|---|"]
             lines += [f"| {f.seed} | {f.checker} | {f.message.replace('|', '/')} |" for f in self.failures]
