@@ -3,7 +3,8 @@
     .venv/bin/python docs/screenshots.py
 
 Serves the UI over a few demo runs (tests/ui/ui_app.py) and saves the runs
-page, a run with its timeline, the metrics, schedules and limits pages.
+page, a run with its timeline, a run's waterfall, the metrics, schedules and
+limits pages.
 """
 
 from __future__ import annotations
@@ -20,13 +21,25 @@ from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 
 from tests.ui.browser import chromium  # noqa: E402
-from tests.ui.ui_app import Served, charges, invoice, order, populate, report, restock  # noqa: E402
+from tests.ui.ui_app import (  # noqa: E402
+    Served,
+    add,
+    charges,
+    invoice,
+    order,
+    populate,
+    report,
+    restock,
+    timed,
+)
 
 OUT = ROOT / "docs" / "img"
 
 
 async def demo(engine: Any) -> None:
     await populate(engine)
+    # The waterfall: steps that take time, a sleep, a retry, payments queueing for permits.
+    await engine.execute(timed, "timed-1", 3)
     for i, customer in enumerate(["northwind", "globex", "initech", "umbrella", "hooli"]):
         await engine.start(order, f"order-{i + 5}", customer)
     for i in range(4):
@@ -42,6 +55,10 @@ async def demo(engine: Any) -> None:
     await engine.trigger_schedule("nightly-sales")
     # The limits page: steps holding the "payments" permits, more waiting.
     await engine.start(charges, "charges-1", 7)
+    # The objects pages: carts.
+    for key, skus in (("alice", ["apple", "apple", "pear"]), ("bob", ["kiwi"]), ("carol", ["fig", "plum"])):
+        for sku in skus:
+            await engine.call(add, key, sku)
 
 
 def main() -> None:
@@ -56,6 +73,12 @@ def main() -> None:
         driver.get(served.url + "/runs/order-2")
         wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "svg.timeline"))
         driver.save_screenshot(str(OUT / "ui-run.png"))
+
+        driver.set_window_size(1360, 760)
+        driver.get(served.url + "/runs/timed-1")
+        wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "svg.waterfall"))
+        driver.execute_script("document.getElementById('timeline').closest('section').scrollIntoView()")
+        driver.save_screenshot(str(OUT / "ui-waterfall.png"))
 
         driver.set_window_size(1360, 1000)
         driver.get(served.url + "/metrics")
@@ -80,6 +103,12 @@ def main() -> None:
         driver.get(served.url + "/limits")
         wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "tr.limit-row"))
         driver.save_screenshot(str(OUT / "ui-limits.png"))
+
+        driver.set_window_size(1360, 820)
+        driver.get(served.url + "/objects/cart/alice")
+        wait.until(lambda d: d.find_elements(By.ID, "state"))
+        driver.find_element(By.ID, "open-save").click()
+        driver.save_screenshot(str(OUT / "ui-object.png"))
     print("saved", ", ".join(p.name for p in sorted(OUT.glob("ui-*.png"))))
 
 

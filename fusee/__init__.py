@@ -75,6 +75,7 @@ from fusee.runtime.context import ChildHandle, Ctx, StepInfo
 from fusee.runtime.streams import StreamBatch
 from fusee.scale import placement as _placement  # noqa: F401  (installs Engine.open's owner-or-follower choice)
 from fusee.step import step, step_info
+from fusee.steptimes import StepAttempt
 from fusee.sync import SyncEngine, SyncRunHandle
 from fusee.telemetry import Telemetry
 
@@ -140,6 +141,7 @@ __all__ = [
     "SerializationError",
     "ShardMetrics",
     "SignalDef",
+    "StepAttempt",
     "StepFailed",
     "StepInfo",
     "StreamBatch",

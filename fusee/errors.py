@@ -501,6 +501,15 @@ class InvalidDuration(FuseeError, ValueError):
     """
 
 
+class InvalidSize(FuseeError, ValueError):
+    """A size in bytes is not one of the accepted forms.
+
+    Accepted: a positive ``int`` of bytes (not a bool), or a string of a
+    number and a unit: B, KB, MB, GB, TB (powers of 1000) or KiB, MiB, GiB,
+    TiB (powers of 1024), such as "256MiB", "1.5GB" or "4096B".
+    """
+
+
 class RecordedError(FuseeError):
     """An error as the journal recorded it: its type, module, message and traceback text.
 
@@ -666,10 +675,13 @@ class NotWindowed(FuseeError, TypeError):
 
 
 class EngineForked(FuseeError, RuntimeError):
-    """A :class:`fusee.SyncEngine` was opened in one process and called in a child forked from it.
+    """An engine (:class:`fusee.Engine` or :class:`fusee.SyncEngine`) was opened in one process
+    and called in a child forked from it.
 
-    The engine's loop thread, its lock on the directory and its log do not
-    follow a ``fork``; nothing was recorded. Open the engine in each process
-    that uses it, after the fork (gunicorn: without ``--preload``, or in a
-    ``post_fork`` hook), and not in the parent.
+    The engine's loop, threads, lock on the directory and database connections
+    do not follow a ``fork`` (the child let go of its copies of them); nothing
+    was recorded. Open the engine in each process that uses it, after the fork
+    (gunicorn: without ``--preload``, or lazily at first use; Celery: in
+    ``worker_process_init``; ``multiprocessing``: the ``spawn`` or
+    ``forkserver`` start method), and not in the parent.
     """

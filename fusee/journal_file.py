@@ -125,7 +125,8 @@ def _payload(data: bytes) -> Any:
 
 
 #: Fields left out of the normalized view: they differ between equivalent runs.
-_VOLATILE = {"run", "started_ms", "finished_ms", "deadline_ms", "fire_at_ms", "retry_at_ms", "trace"}
+_VOLATILE = {"run", "started_ms", "finished_ms", "deadline_ms", "fire_at_ms", "retry_at_ms", "trace", "began_ms",
+             "began_us", "took_us", "queued_us"}
 
 
 def journal_json(journal: list[rec.Record]) -> list[dict[str, Any]]:

@@ -27,7 +27,7 @@ import dataclasses
 import inspect
 import typing
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Generic, TypeVar
 
 from typing_extensions import TypeVar as DefaultTypeVar
@@ -454,3 +454,14 @@ def _apply_patch(obj: ObjectDef[Any], state: Any, patch: Any) -> Any:
     patched = jsonpatch.apply_patch(state, patch, in_place=False)
     codec.retype(patched, obj.state_type)  # the patched state must still be a state
     return patched
+
+
+def declared(versions: Mapping[tuple[str, int], Any]) -> dict[str, ObjectDef[Any]]:
+    """The keyed objects among an engine's registered workflows (its ``(type, version)`` table),
+    by name."""
+    out: dict[str, ObjectDef[Any]] = {}
+    for (wtype, _), definition in versions.items():
+        owner = getattr(getattr(definition, "fn", None), "__self__", None)
+        if wtype.startswith(PREFIX) and isinstance(owner, ObjectDef):
+            out[owner.name] = owner
+    return out

@@ -126,6 +126,13 @@ class _Instruments:
                                             description=description)
         self.flush_duration = meter.create_histogram(
             "fusee.flush.duration", unit="s", description="Time of one group commit (write + fdatasync)")
+        self.step_duration = meter.create_histogram(
+            "fusee.step.duration", unit="s",
+            description="Time of one step execution (attempt), by fusee.workflow.type, fusee.step.name and "
+                        "fusee.step.outcome")
+        self.run_duration = meter.create_histogram(
+            "fusee.run.duration", unit="s",
+            description="Time from a run's start to its end, by fusee.workflow.type and fusee.run.status")
         gauges: list[tuple[str, str, str, Callable[[Metrics], Iterable[tuple[float, dict[str, str]]]]]] = [
             ("fusee.runs", "{run}", "Workflows by fusee.run.status (running, stuck, ok, failed, ...)",
              lambda m: _by_status(m)),
@@ -133,6 +140,10 @@ class _Instruments:
              lambda m: [(sum(s.parked for s in m.shards), {})]),
             ("fusee.runs.loaded", "{run}", "Running runs whose code is in memory",
              lambda m: [(sum(s.loaded for s in m.shards), {})]),
+            ("fusee.runs.loaded.bytes", "By", "Bytes the loaded runs are counted as holding",
+             lambda m: [(m.loaded_bytes, {})]),
+            ("fusee.runs.to_load", "{run}", "Unfinished runs recovery has still to load",
+             lambda m: [(m.runs_to_load, {})]),
             ("fusee.steps.executing", "{step}", "Step functions running now",
              lambda m: [(m.steps_executing, {})]),
             ("fusee.steps.gated", "{step}", "Steps waiting for their run's records to become durable",
@@ -219,6 +230,9 @@ class OTelTelemetry:
         self._instruments = _instruments_for(meter_provider) if metrics else None
         #: Executions begun and not ended: their spans (None when traces are off).
         self._steps: dict[tuple[TracedRun, int], trace.Span | None] = {}
+        #: When each execution began (perf_counter) and its histogram attributes (taken then:
+        #: the step may be gone from its run when it ends).
+        self._began: dict[tuple[TracedRun, int], tuple[float, dict[str, str]]] = {}
         self.path = path
         self.counts = _Counts()
         self._metrics = snapshot
@@ -254,6 +268,7 @@ class OTelTelemetry:
                 span.set_attribute("fusee.step.outcome", "abandoned")
                 span.end()
         self._steps.clear()
+        self._began.clear()
 
     # --- gauges ----------------------------------------------------------------
 
@@ -375,6 +390,11 @@ class OTelTelemetry:
         )
 
     def run_end(self, run: TracedRun, outcome: str, error: str | None) -> None:
+        if self._instruments is not None and outcome not in ("suspended", "stuck"):
+            info = run.machine.info
+            self._instruments.run_duration.record(
+                max(0.0, time.time() - info.started_ms / 1000),
+                {"fusee.workflow.type": info.wtype, "fusee.run.status": outcome})
         span, run.span = run.span, None
         if span is None:
             return
@@ -393,6 +413,11 @@ class OTelTelemetry:
     # --- steps -----------------------------------------------------------------
 
     def step_begin(self, run: TracedRun, seq: int) -> None:
+        if self._instruments is not None:
+            named = run.steps.get(seq)
+            self._began[(run, seq)] = (time.perf_counter(), {
+                "fusee.workflow.type": run.machine.info.wtype,
+                "fusee.step.name": named.name if named is not None else ""})
         if self._tracer is None:
             self._steps[(run, seq)] = None  # counted when it ends
             return
@@ -429,6 +454,11 @@ class OTelTelemetry:
         attempts = self.counts.attempts
         if outcome in attempts:
             attempts[outcome] += 1
+        began = self._began.pop(key, None)
+        if began is not None and self._instruments is not None:
+            t0, attributes = began
+            self._instruments.step_duration.record(time.perf_counter() - t0,
+                                                   {**attributes, "fusee.step.outcome": outcome})
         if span is None:
             return
         span.set_attribute("fusee.step.outcome", outcome)

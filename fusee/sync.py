@@ -25,9 +25,9 @@ from fusee.core import records as rec
 from fusee.definitions import QueryDef, SignalDef, UpdateDef, WorkflowDef
 from fusee.encryption import Codec
 from fusee.engine.bulk import BulkResult
-from fusee.engine.engine import DEFAULT_CLOSE_GRACE, Engine, RunHandle, RunSummary
+from fusee.engine.engine import DEFAULT_CLOSE_GRACE, Engine, RunHandle, RunSummary, forked_error
 from fusee.engine.visibility import Metrics, RunPage
-from fusee.errors import EngineClosed, EngineForked, WrongEventLoop
+from fusee.errors import EngineClosed, WrongEventLoop
 from fusee.flow.api import ScheduleInfo, ScheduleList
 from fusee.flow.rules import Receipt
 from fusee.limits import KEEP, Limit, LimitStatus
@@ -35,9 +35,9 @@ from fusee.objects import Handler, ObjectDef, ObjectState
 from fusee.retry import Retry
 from fusee.runtime.context import Duration
 from fusee.runtime.env import DEFAULT_STEP_THREADS, Env
+from fusee.runtime.runtime import DEFAULT_LOAD_ROOM
 from fusee.runtime.streams import StreamBatch
-from fusee.scale.owner import dir_key
-from fusee.storage import postgres as pg_store
+from fusee.sizes import Size
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -54,45 +54,10 @@ _OPEN: weakref.WeakSet[SyncEngine] = weakref.WeakSet()
 
 
 def _after_fork_in_child() -> None:
-    # The loop thread does not exist in the child: a call would wait on it forever. The
-    # descriptors do: a child that outlives the parent (a gunicorn --preload worker, a Celery
-    # prefork process) would keep the directory's flock, which belongs to the open file
-    # description, and the owner's sockets, so no process could take the directory over.
-    engines = list(_OPEN)
-    held: set[int] = set()
-    for engine in engines:
+    # The loop thread does not exist in the child: a call would wait on it forever. (What the
+    # engine holds, its directory's lock among it, the child lets go of: fusee.storage.forks.)
+    for engine in list(_OPEN):
         engine._forked = True
-        held |= engine._descriptors()
-    _let_go(held)
-
-
-def _descriptor_numbers() -> list[int]:
-    for listing in ("/proc/self/fd", "/dev/fd"):
-        try:
-            return [int(name) for name in os.listdir(listing)]
-        except (OSError, ValueError):
-            continue
-    return []
-
-
-def _let_go(fds: set[int]) -> None:
-    """Points each descriptor at /dev/null: this process's copy lets go of what it named (a lock,
-    a socket) while the number stays valid, so nothing in the child closes a reused number."""
-    if not fds:
-        return
-    try:
-        null = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
-        return
-    try:
-        for fd in fds:
-            if fd != null:
-                try:
-                    os.dup2(null, fd, inheritable=False)
-                except OSError:
-                    pass  # already closed: nothing held
-    finally:
-        os.close(null)
 
 
 if hasattr(os, "register_at_fork"):
@@ -180,8 +145,6 @@ class SyncEngine:
         self._close_lock = threading.Lock()
         #: What ended the loop thread other than close (kept to raise at the next call and at close).
         self._thread_error: BaseException | None = None
-        #: The engine directory's (device, inode), or None (memory, PostgreSQL): see _descriptors.
-        self._dir_key: tuple[int, int] | None = None
 
     @classmethod
     def open(
@@ -203,6 +166,8 @@ class SyncEngine:
         checkpoint_bytes: int | None = None,
         park_after: float | None = 60.0,
         max_loaded: int | None = None,
+        memory_budget: Size | None = None,
+        recovery_batch: int = DEFAULT_LOAD_ROOM,
         retention: float | None = None,
         read_only: bool = False,
         keep_history: bool = True,
@@ -227,7 +192,7 @@ class SyncEngine:
             flush=flush, step_threads=step_threads, truncate_corrupt=truncate_corrupt,
             segment_bytes=segment_bytes, blob_threshold=blob_threshold, checkpoint_every=checkpoint_every,
             checkpoint_interval=checkpoint_interval, checkpoint_bytes=checkpoint_bytes, park_after=park_after,
-            max_loaded=max_loaded, retention=retention, read_only=read_only, keep_history=keep_history,
+            max_loaded=max_loaded, memory_budget=memory_budget, recovery_batch=recovery_batch, retention=retention, read_only=read_only, keep_history=keep_history,
             codec=codec, limits=list(limits), telemetry=telemetry, exclusive=exclusive,
             route_timeout=route_timeout, namespace=namespace, lease_ttl=lease_ttl, route_address=route_address,
         )
@@ -268,47 +233,14 @@ class SyncEngine:
         except BaseException:
             self._stop_thread()
             raise
-        if path is not None and env is None and not pg_store.is_dsn(os.fspath(path)):
-            self._dir_key = dir_key(os.fspath(path))
         _OPEN.add(self)
         return self
 
     # --- plumbing ------------------------------------------------------------------
 
-    def _descriptors(self) -> set[int]:
-        """The descriptors this engine holds (its directory's, its route server's sockets), read
-        in a forked child, where no other thread runs."""
-        fds: set[int] = set()
-        if self._dir_key is not None:
-            for fd in _descriptor_numbers():
-                try:
-                    st = os.fstat(fd)
-                except OSError:
-                    continue
-                if (st.st_dev, st.st_ino) == self._dir_key:
-                    fds.add(fd)
-        engine = getattr(self, "_engine", None)
-        for eng in (engine, getattr(engine, "_local", None)):
-            server = getattr(eng, "_route_server", None)
-            if server is None:
-                continue
-            listening = server._server
-            for sock in listening.sockets if listening is not None else ():
-                fds.add(sock.fileno())
-            for writer in list(server._conns):
-                conn = writer.get_extra_info("socket")
-                if conn is not None:
-                    fds.add(conn.fileno())
-        return fds
-
     def _check(self) -> None:
         if self._forked or os.getpid() != self._pid:
-            raise EngineForked(
-                f"this SyncEngine was opened in process {self._pid} and called in process {os.getpid()}, "
-                "a child forked from it: its loop thread and directory lock stay with the parent. "
-                "Open the engine in each worker after the fork (gunicorn: drop --preload, or open it "
-                "in a post_fork hook or lazily at first use), not in the parent; see docs/hosts.md"
-            )
+            raise forked_error("SyncEngine", self._pid)
         if self._thread_error is not None:
             raise EngineClosed(
                 f"the engine's loop thread failed ({type(self._thread_error).__name__}: {self._thread_error}); "

@@ -33,6 +33,7 @@ from fusee.retry import Retry
 from fusee.runtime.context import Duration
 from fusee.runtime.env import RealEnv
 from fusee.runtime.table import WorkflowState
+from fusee.sizes import Size
 from fusee.storage.simdisk import SimDisk
 
 __all__ = [
@@ -68,6 +69,8 @@ class EngineOptions(TypedDict, total=False):
     checkpoint_bytes: int | None
     park_after: float | None
     max_loaded: int | None
+    memory_budget: Size | None
+    recovery_batch: int
     retention: float | None
     keep_history: bool
     codec: Codec | None
@@ -80,14 +83,20 @@ Definitions = Iterable[WorkflowDef[Any, Any] | ObjectDef[Any]]
 
 
 class _SkippingEnv(RealEnv):
-    """The real Env with a clock that can be moved forward."""
+    """The real Env with a clock that can be moved forward (and, frozen, moves no other way)."""
 
-    def __init__(self, **options: Any) -> None:
+    def __init__(self, frozen: bool = False, **options: Any) -> None:
         super().__init__(SimDisk(random.Random(0)), **options)
         self.offset_ms = 0
+        # A frozen clock starts at the real time, to the second: what it reads stays round.
+        self._frozen_us = (super().now_ms() // 1000) * 1_000_000 if frozen else None
 
     def now_ms(self) -> int:
-        return super().now_ms() + self.offset_ms
+        return self.now_us() // 1000
+
+    def now_us(self) -> int:
+        base = super().now_us() if self._frozen_us is None else self._frozen_us
+        return base + self.offset_ms * 1000
 
 
 if TYPE_CHECKING:
@@ -108,17 +117,23 @@ class TestEngine(_EngineMethods):
     unless ``park_after`` is given). The clock skips idle time only while no
     task of the test sleeps on the real clock (a test polling with
     ``asyncio.sleep`` is busy: poll with :meth:`until` to let it skip). With
-    ``skip_time=False`` only :meth:`skip` moves the clock.
+    ``skip_time=False`` only :meth:`skip` moves the clock ahead of real time.
+    With ``frozen_clock=True`` real time does not move it either (it starts at
+    the current second): only :meth:`skip` and the skipping of idle time do,
+    so every time the engine records (``ctx.now()``, when a step attempt began
+    and how long it took) is exact.
     """
 
     __test__ = False  # not a pytest test class, whatever its name says
 
     def __init__(
-        self, workflows: Definitions = (), *, skip_time: bool = True, **options: Unpack[EngineOptions]
+        self, workflows: Definitions = (), *, skip_time: bool = True, frozen_clock: bool = False,
+        **options: Unpack[EngineOptions],
     ) -> None:
         self._workflows = list(workflows)
         self._options: dict[str, Any] = {"park_after": None, **options}
         self._skip_time = skip_time
+        self._frozen = frozen_clock
         self._clock: _SkippingEnv | None = None
         self._engine: Engine | None = None
         self._skipper: asyncio.Task[None] | None = None
@@ -136,7 +151,7 @@ class TestEngine(_EngineMethods):
     async def __aenter__(self) -> TestEngine:
         # Options of the Env itself: where steps and flushes run.
         env_keys = ("inline_sync_steps", "flush", "step_threads")
-        self._clock = _SkippingEnv(**{k: v for k, v in self._options.items() if k in env_keys})
+        self._clock = _SkippingEnv(self._frozen, **{k: v for k, v in self._options.items() if k in env_keys})
         options = {k: v for k, v in self._options.items() if k not in env_keys}
         self._engine = await Engine.open(None, workflows=self._workflows, env=self._clock, **options)
         if self._skip_time:

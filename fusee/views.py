@@ -18,6 +18,7 @@ from typing import Any
 import msgspec
 
 from fusee.core import records as rec
+from fusee.steptimes import at_us
 
 _json = msgspec.json.Decoder()
 
@@ -30,7 +31,10 @@ _TIME_FIELDS = {
     "fire_at_ms": "fire_at",
     "deadline_ms": "deadline",
     "retry_at_ms": "retry_at",
+    "began_ms": "began_at",
 }
+#: Record fields timing a step attempt in microseconds (see ``records.Step``), and their view.
+_US_FIELDS = {"began_us": "began_at", "took_us": "took_ms", "queued_us": "queued_ms"}
 
 
 def iso(value: datetime.datetime | int | None) -> str | None:
@@ -40,6 +44,15 @@ def iso(value: datetime.datetime | int | None) -> str | None:
     if isinstance(value, int):
         value = datetime.datetime.fromtimestamp(value / 1000, tz=datetime.UTC)
     return value.isoformat().replace("+00:00", "Z")
+
+
+def iso_us(us: int) -> str | None:
+    """Epoch microseconds as ISO 8601 text to the microsecond; 0 (not recorded) is None."""
+    return iso(at_us(us)) if us else None
+
+
+def _ms(us: int) -> float:
+    return us / 1000
 
 
 def payload(data: bytes | None) -> Any:
@@ -76,7 +89,12 @@ def record(r: rec.Record, position: int) -> dict[str, Any]:
     """One journal record as JSON: ``position`` in the journal, ``kind``, then its fields."""
     out: dict[str, Any] = {"position": position, "kind": type(r).__name__}
     for key, value in msgspec.structs.asdict(r).items():
-        if key in _TIME_FIELDS:
+        if key in _US_FIELDS:
+            if key == "began_us":
+                out["began_at"] = iso_us(value)
+            else:
+                out[_US_FIELDS[key]] = _ms(value) if getattr(r, "began_us", 0) else None
+        elif key in _TIME_FIELDS:
             if key == "retry_at_ms" and value == rec.PAUSED:
                 out["retry_at"] = "paused"
             else:
@@ -114,7 +132,17 @@ def summary(s: Any) -> dict[str, Any]:
         "next_retry": iso(s.next_retry),
         "paused_steps": list(s.paused_steps),
         "audit": [dataclasses.asdict(a) for a in s.audit],
+        "steps": [step_attempt(a) for a in s.steps],
     }
+
+
+def step_attempt(a: Any) -> dict[str, Any]:
+    """A :class:`fusee.StepAttempt` as JSON: times as ISO text, durations in milliseconds."""
+    duration = a.duration
+    return {"position": a.position, "name": a.name, "attempt": a.attempt, "status": a.status,
+            "started_at": iso(a.started_at), "ended_at": iso(a.ended_at),
+            "duration_ms": duration / datetime.timedelta(milliseconds=1) if duration is not None else None,
+            "queued_ms": a.queued / datetime.timedelta(milliseconds=1), "error": a.error}
 
 
 def page(p: Any) -> dict[str, Any]:
@@ -153,7 +181,13 @@ def timeline(records: list[rec.Record]) -> list[dict[str, Any]]:
     ``attempts`` (steps), ``error`` (the latest failure's ``Type: message``),
     ``by`` (who asked), ``at`` (ISO time where the journal records one) and
     ``duration_ms`` where the journal records both ends (timers, the run).
-    Steps carry no times in the journal: their order and attempts are shown.
+    A step's entry adds ``began_at`` (its first attempt's start), ``ended_at``
+    (its latest attempt's end), ``duration_ms`` (from one to the other),
+    ``queued_ms`` (what its attempts waited for a permit or a thread) and
+    ``attempt_times`` (one entry per attempt: ``attempt``, ``status``,
+    ``began_at``, ``ended_at``, ``duration_ms``, ``queued_ms``, ``error``);
+    sleeps and waits add ``began_at``. Records written before step times
+    leave those out (an old step has no ``began_at``).
     """
     out: list[dict[str, Any]] = []
     by_seq: dict[int, dict[str, Any]] = {}
@@ -184,12 +218,15 @@ def timeline(records: list[rec.Record]) -> list[dict[str, Any]]:
             e["status"] = r.status.name.lower()
             if r.status != rec.Status.OK:
                 e["error"] = _error_text(r.payload)
+            _timed(e, r.attempt, e["status"], r.began_us, r.took_us, r.queued_us, e.get("error"))
         elif t is rec.Attempt:
             assert isinstance(r, rec.Attempt)
             e = by_seq.get(r.seq)
             if e is None:
                 e = by_seq[r.seq] = entry("step", r.name, "", attempts=0)
             e["attempts"] = r.attempt
+            _timed(e, r.attempt, "paused" if r.retry_at_ms == rec.PAUSED else "retried", r.began_us, r.took_us,
+                   r.queued_us, _error_text(r.error))
             e["error"] = _error_text(r.error)
             e["status"] = "paused" if r.retry_at_ms == rec.PAUSED else "retrying"
             if r.retry_at_ms != rec.PAUSED:
@@ -201,8 +238,11 @@ def timeline(records: list[rec.Record]) -> list[dict[str, Any]]:
                 by_seq[r.seq]["status"] = "running"
         elif t is rec.Timer:
             assert isinstance(r, rec.Timer)
-            by_seq[r.seq] = entry("timer", r.name, "waiting", at=iso(r.fire_at_ms),
-                                  duration_ms=r.fire_at_ms - started_ms if started_ms else None)
+            began = r.began_ms or started_ms
+            e = by_seq[r.seq] = entry("timer", r.name, "waiting", at=iso(r.fire_at_ms),
+                                      duration_ms=r.fire_at_ms - began if began else None)
+            if r.began_ms:
+                e["began_at"] = iso(r.began_ms)
         elif t is rec.Fired:
             assert isinstance(r, rec.Fired)
             if r.seq in by_seq:
@@ -212,8 +252,10 @@ def timeline(records: list[rec.Record]) -> list[dict[str, Any]]:
             entry("signal", r.name, "received", value=payload(r.payload), by=_text(r.by))
         elif t is rec.Wait:
             assert isinstance(r, rec.Wait)
-            by_seq[r.seq] = entry("wait", r.name, "waiting",
-                                  deadline=iso(r.deadline_ms) if r.deadline_ms else None)
+            e = by_seq[r.seq] = entry("wait", r.name, "waiting",
+                                      deadline=iso(r.deadline_ms) if r.deadline_ms else None)
+            if r.began_ms:
+                e["began_at"] = iso(r.began_ms)
         elif t is rec.Waited:
             assert isinstance(r, rec.Waited)
             if r.seq in by_seq:
@@ -269,7 +311,25 @@ def timeline(records: list[rec.Record]) -> list[dict[str, Any]]:
                 e["reason"] = _text(r.payload)
             else:
                 e["error"] = _error_text(r.payload) if r.payload else None
+    for e in by_seq.values():
+        e.pop("_began_us", None)
     return out
+
+
+def _timed(e: dict[str, Any], attempt: int, status: str, began_us: int, took_us: int, queued_us: int,
+           error: str | None) -> None:
+    """Adds an attempt's times to its step's timeline entry (nothing for an untimed record)."""
+    if not began_us:
+        return
+    ended_us = began_us + took_us
+    times = e.setdefault("attempt_times", [])
+    times.append({"attempt": attempt, "status": status, "began_at": iso_us(began_us), "ended_at": iso_us(ended_us),
+                  "duration_ms": _ms(took_us), "queued_ms": _ms(queued_us), "error": error})
+    first = e.setdefault("_began_us", began_us)
+    e.setdefault("began_at", iso_us(first))
+    e["ended_at"] = iso_us(ended_us)
+    e["duration_ms"] = _ms(ended_us - first)
+    e["queued_ms"] = e.get("queued_ms", 0.0) + _ms(queued_us)
 
 
 def schedule(info: Any) -> dict[str, Any]:

@@ -12,11 +12,13 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from typing import Any, NoReturn
 
 import click
 
 from fusee import errors
+from fusee.cli import progress
 from fusee.engine.bulk import ACTIONS as BULK_ACTIONS
 from fusee.engine.bulk import MAX_BULK
 from fusee.engine.visibility import STATUSES
@@ -70,7 +72,12 @@ def _target(args: tuple[str, ...], url: str | None, token: str | None, names: tu
     assert where is not None
     if _is_url(where):
         return Api(where, token), rest
-    target = Directory(where)
+    began = time.perf_counter()
+    with progress.task(f"opening {where}"):
+        target = Directory(where)
+    if progress.enabled():
+        runs, records = target.opened()
+        progress.done(f"read {where}: {runs:,} runs, {records:,} log records after the checkpoint", began)
     if target.live:
         click.echo(f"note: {where} is open in a live process; this shows what its log held when read "
                    "(read-only: nothing was locked or written)", err=True)
@@ -113,12 +120,16 @@ def _value(text: str | None, what: str) -> Any:
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="fusee", prog_name="fusee")
-def cli() -> None:
+@click.option("--progress/--no-progress", "show_progress", default=None,
+              help="Progress of long operations (opening a directory, listing, export, import) on stderr, "
+                   "with counts at the end. Default: when stderr is a terminal.")
+def cli(show_progress: bool | None) -> None:
     """Fusee: durable execution for asyncio. List, inspect and operate runs.
 
     Read commands take a directory (read offline, read-only) or --url of a
     running application's HTTP API (served by 'fusee serve' or fusee.http.app).
     """
+    progress.wanted = show_progress
 
 
 def _filters(fn: Any) -> Any:
@@ -168,11 +179,17 @@ def runs(target: str | None, url: str | None, token: str | None, where: str | No
     order = "newest" if newest else "oldest"
     t, _ = _target((target,) if target else (), url, token, ())
     try:
-        page = t.list(query, limit, cursor, order)
-        items = list(page["items"])
-        while every and page["cursor"]:
-            page = t.list(query, limit, page["cursor"], order)
-            items.extend(page["items"])
+        began = time.perf_counter()
+        total = sum(t.counts(query).values()) if every and progress.enabled() else None
+        with progress.task("listing runs", total) as advance:
+            page = t.list(query, limit, cursor, order)
+            items = list(page["items"])
+            advance(len(page["items"]))
+            while every and page["cursor"]:
+                page = t.list(query, limit, page["cursor"], order)
+                items.extend(page["items"])
+                advance(len(page["items"]))
+        progress.done(f"listed {len(items):,} runs", began)
     finally:
         t.close()
     if as_json:
@@ -589,12 +606,16 @@ def export_(args: tuple[str, ...], url: str | None, token: str | None) -> None:
     from fusee import journal_file
 
     t, (wid, path) = _target(args, url, token, ("workflow_id", "file"))
+    began = time.perf_counter()
     try:
-        data = t.export(wid)
+        with progress.task(f"exporting {wid}"):
+            data = t.export(wid)
     finally:
         t.close()
-    records = journal_file.loads(data, path)
-    journal_file.write(path, records)
+    with progress.task(f"writing {path}"):
+        records = journal_file.loads(data, path)
+        journal_file.write(path, records)
+    progress.done(f"exported {len(records):,} records ({len(data):,} bytes)", began)
     click.echo(f"{len(records)} records of {wid} written to {path}")
 
 
@@ -623,7 +644,10 @@ def import_(path: str, replay: str | None, options: str | None, into: str | None
     from fusee import journal_file, views
     from fusee.cli import render
 
-    records = journal_file.read(path)
+    began = time.perf_counter()
+    with progress.task(f"reading {path}"):
+        records = journal_file.read(path)
+    progress.done(f"read {len(records):,} records of {path}", began)
     if options is not None and replay is None and into is None:
         raise click.UsageError("--options applies to --replay or --into: give the workflows too")
     if into is None and (workflows_ref is not None or workflow_id is not None or before_step is not None):
@@ -648,7 +672,8 @@ def import_(path: str, replay: str | None, options: str | None, into: str | None
         if not isinstance(engine_options, dict):
             raise click.UsageError(f"--options {options} must name a dict of Engine.open options, "
                                    f"not a {type(engine_options).__name__}")
-        asyncio.run(replay_journal(records, workflows, **engine_options))
+        with progress.task(f"replaying {len(records):,} records"):
+            asyncio.run(replay_journal(records, workflows, **engine_options))
         click.echo(f"{path}: the code replays its {len(records)} records")
         return
     timeline = views.timeline(records)
@@ -677,10 +702,13 @@ def _import_into(path: str, into: str, workflows_ref: str, options: str | None, 
             handle = await engine.import_journal(path, workflow_id, before_step)
             return handle.workflow_id, handle.run_id
 
+    began = time.perf_counter()
     try:
-        wid, run_id = asyncio.run(load())
+        with progress.task(f"importing {path} into {into}"):
+            wid, run_id = asyncio.run(load())
     except (fusee.FuseeError, ValueError) as e:
         _fail(f"{path} not imported: {e}")
+    progress.done(f"imported {path} into {into}", began)
     _done({"workflow_id": wid, "run_id": run_id, "directory": into}, f"imported {path} into {into} as "
           f"workflow {wid} (run {run_id}); it continues when the directory's engine runs", as_json)
 
@@ -778,6 +806,12 @@ def disk_check(directory: str, count: int | None, size: int | None) -> None:
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option("--port", type=click.IntRange(0, 65535), default=8233, show_default=True)
 @_token
+@click.option("--tokens-file", envvar="FUSEE_TOKENS_FILE", metavar="FILE",
+              help="A TOML file with a [tokens] table (name = \"token\"): each person signs in with their "
+                   "own token and the audit names them (or $FUSEE_TOKENS_FILE; chmod 600).")
+@click.option("--secret-file", envvar="FUSEE_SECRET_FILE", metavar="FILE",
+              help="A file holding the key that signs the web UI's form tokens (16 bytes or more), the same for "
+                   "every worker: pages stay usable across workers and restarts (or $FUSEE_SECRET_FILE).")
 @click.option("--allowed-host", "allowed_hosts", multiple=True, metavar="NAME",
               help="Answer requests whose Host is NAME too (repeatable; '*.example.com' for a domain, '*' for "
                    "any). Loopback names and --host are always answered; others get 400.")
@@ -785,18 +819,25 @@ def disk_check(directory: str, count: int | None, size: int | None) -> None:
               help="The largest request body taken (413 beyond)  [default: 16 MiB]")
 @click.option("--log-level", default="info", show_default=True,
               type=click.Choice(["critical", "error", "warning", "info", "debug"]))
-def serve(factory: str, host: str, port: int, token: str | None, allowed_hosts: tuple[str, ...],
-          max_body: int | None, log_level: str) -> None:
+def serve(factory: str, host: str, port: int, token: str | None, tokens_file: str | None,
+          secret_file: str | None, allowed_hosts: tuple[str, ...], max_body: int | None, log_level: str) -> None:
     """Open the engine that MODULE:FACTORY returns (an Engine, or an awaitable of one) and serve
-    its HTTP API (and web UI) until interrupted. Refuses a non-loopback host without --token."""
+    its HTTP API (and web UI) until interrupted. Refuses a non-loopback host without --token or
+    --tokens-file."""
     import asyncio
     import ipaddress
 
+    from fusee.http.auth import check_tokens
     from fusee.http.guard import DEFAULT_MAX_BODY
-    from fusee.http.serve import check_bind, load_factory, served_hosts
+    from fusee.http.serve import check_bind, load_factory, read_secret, read_tokens, served_hosts
     from fusee.http.serve import serve as run
 
-    check_bind(host, token)
+    try:
+        tokens = check_tokens(token, read_tokens(tokens_file), None) if tokens_file else None
+        secret = read_secret(secret_file) if secret_file else None
+    except ValueError as e:
+        _fail(str(e))
+    check_bind(host, token, tokens)
     names = served_hosts(host, allowed_hosts)
     try:
         wildcard = ipaddress.ip_address(host.strip("[]")).is_unspecified
@@ -806,7 +847,8 @@ def serve(factory: str, host: str, port: int, token: str | None, allowed_hosts: 
         click.echo(f"fusee serve: listening on {host}, answering only requests whose Host is one of "
                    f"{', '.join(names)}: give the names clients use with --allowed-host NAME", err=True)
     target = load_factory(factory)
-    asyncio.run(run(target, host=host, port=port, token=token, log_level=log_level, allowed_hosts=allowed_hosts,
+    asyncio.run(run(target, host=host, port=port, token=token, tokens=tokens, secret=secret, log_level=log_level,
+                    allowed_hosts=allowed_hosts,
                     max_body=DEFAULT_MAX_BODY if max_body is None else max_body))
 
 

@@ -106,16 +106,18 @@ def _detail(e: dict[str, Any]) -> str:
             parts.append(f"{key}: {text}")
     if e.get("retry_at"):
         parts.append(f"retry at {_time(e['retry_at'])}")
-    if e.get("duration_ms") is not None:
-        parts.append(f"after {_duration(e['duration_ms'])}")
     if e.get("by"):
         parts.append(f"by {e['by']}")
     return "; ".join(parts)
 
 
-def _duration(ms: int) -> str:
+def _duration(ms: float | None) -> str:
+    if ms is None:
+        return ""
+    if ms < 1:
+        return f"{ms * 1000:.0f} µs"
     if ms < 1000:
-        return f"{ms} ms"
+        return f"{ms:.3g} ms"
     s = ms / 1000
     if s < 120:
         return f"{s:.1f} s"
@@ -126,11 +128,21 @@ def _duration(ms: int) -> str:
 
 def timeline_table(timeline: list[dict[str, Any]]) -> Table:
     table = Table(box=None, header_style="bold", pad_edge=False)
-    for col in ("#", "AT", "KIND", "NAME", "STATUS", "ATTEMPTS", "DETAIL"):
-        table.add_column(col, overflow="fold", no_wrap=col in ("#", "AT", "KIND", "STATUS"))
+    for col in ("#", "AT", "KIND", "NAME", "STATUS", "ATTEMPTS", "TOOK", "QUEUED", "DETAIL"):
+        table.add_column(col, overflow="fold", no_wrap=col in ("#", "AT", "KIND", "STATUS", "TOOK", "QUEUED"))
     for i, e in enumerate(timeline):
-        table.add_row(str(i), _time(e.get("at")), e["kind"], e.get("name", ""), _status(e.get("status")),
-                      str(e["attempts"]) if e.get("attempts") else "", _detail(e))
+        # AT: when it began (a step's first attempt, a sleep) or the one time journaled for it.
+        table.add_row(str(i), _time(e.get("began_at") or e.get("at")), e["kind"], e.get("name", ""),
+                      _status(e.get("status")), str(e["attempts"]) if e.get("attempts") else "",
+                      _duration(e.get("duration_ms")), _duration(e.get("queued_ms")) if e.get("queued_ms") else "",
+                      _detail(e))
+        tries = e.get("attempt_times") or []
+        if len(tries) > 1:
+            # One row per attempt, as the waterfall draws one bar per attempt.
+            for a in tries:
+                table.add_row("", _time(a["began_at"]), "  attempt", str(a["attempt"]), _status(a["status"]), "",
+                              _duration(a["duration_ms"]), _duration(a["queued_ms"]) if a["queued_ms"] else "",
+                              f"error: {a['error']}" if a.get("error") else "")
     return table
 
 

@@ -73,6 +73,10 @@ class Directory(Target):
             raise
         self.live = self._engine.live
 
+    def opened(self) -> tuple[int, int]:
+        """What the open read: the workflows the directory holds, and the log records after its checkpoint."""
+        return sum(self._engine.counts(None).values()), self._engine.recovered_records
+
     def list(self, where: str | None, limit: int, cursor: str | None, order: str = "oldest") -> dict[str, Any]:
         return views.page(self._engine.list(where, limit=limit, cursor=cursor, order=order))
 

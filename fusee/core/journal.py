@@ -225,10 +225,14 @@ class RunInfo(msgspec.Struct, frozen=True, gc=False):
 
 
 class StepDone(msgspec.Struct, frozen=True, gc=False):
-    """A step's function returned (or failed for good)."""
+    """A step's function returned (or failed for good); the times are the
+    ``Step`` record's (see ``records.Step``), 0 when the host took none."""
 
     status: Status
     payload: bytes
+    began_us: int = 0
+    took_us: int = 0
+    queued_us: int = 0
 
 
 class Fired(msgspec.Struct, frozen=True, gc=False):
@@ -780,7 +784,9 @@ class RunMachine:
         p = self._pending.get(seq)
         return p is not None and p.live and p.kind is _STEP
 
-    def take_live_step(self, seq: int, status: Status, payload: bytes) -> rec.Step | None:
+    def take_live_step(
+        self, seq: int, status: Status, payload: bytes, began_us: int = 0, took_us: int = 0, queued_us: int = 0
+    ) -> rec.Step | None:
         """Live step ``seq`` ended with ``(status, payload)``; if that result is
         the only delivery the run could take next (nothing to replay, no
         cancellation, no other operation pending, nothing queued, no stream of
@@ -795,7 +801,7 @@ class RunMachine:
         if self._streams and self.owns_streams(seq):
             return None
         del pending[seq]
-        return rec.Step(self._info.run, seq, p.name, p.attempt, status, payload)
+        return rec.Step(self._info.run, seq, p.name, p.attempt, status, payload, began_us, took_us, queued_us)
 
     # --- starting operations ------------------------------------------------------
 
@@ -876,15 +882,17 @@ class RunMachine:
             return None
         return p.attempt
 
-    def step_retry(self, seq: int, retry_at_ms: int, error: bytes) -> rec.Attempt | None:
+    def step_retry(
+        self, seq: int, retry_at_ms: int, error: bytes, began_us: int = 0, took_us: int = 0, queued_us: int = 0
+    ) -> rec.Attempt | None:
         """An attempt of live step ``seq`` failed and will be retried at
-        ``retry_at_ms`` (``PAUSED``: retries ran out, wait for a resume).
-        Returns the ``Attempt`` record to append; the shard arms the retry
-        timer from it."""
+        ``retry_at_ms`` (``PAUSED``: retries ran out, wait for a resume);
+        the times are the attempt's (see ``records.Step``). Returns the
+        ``Attempt`` record to append; the shard arms the retry timer from it."""
         p = self._pending.get(seq)
         if p is None or not p.live:
             return None
-        record = rec.Attempt(self._info.run, seq, p.name, p.attempt, retry_at_ms, error)
+        record = rec.Attempt(self._info.run, seq, p.name, p.attempt, retry_at_ms, error, began_us, took_us, queued_us)
         p.attempt += 1
         p.waiting = False
         p.paused = retry_at_ms == PAUSED
@@ -1090,25 +1098,26 @@ class RunMachine:
         return arm
 
     def begin_sleep(
-        self, name: str, fire_at_ms: int
+        self, name: str, fire_at_ms: int, began_ms: int = 0
     ) -> tuple[int, Append | Literal[Marker.REPLAY, Marker.ARMED]]:
-        """The code starts sleep ``name`` until ``fire_at_ms``."""
+        """The code starts sleep ``name`` at ``began_ms`` until ``fire_at_ms``."""
         seq = self._next_seq
         self._next_seq = seq + 1
         run = self._info.run
         return seq, self._arm(
-            seq, _SLEEP, name, lambda: rec.Timer(run, seq, name, fire_at_ms), True
+            seq, _SLEEP, name, lambda: rec.Timer(run, seq, name, fire_at_ms, began_ms), True
         )
 
     def begin_wait(
-        self, name: str, deadline_ms: int
+        self, name: str, deadline_ms: int, began_ms: int = 0
     ) -> tuple[int, Append | Literal[Marker.REPLAY, Marker.ARMED]]:
-        """The code starts waiting for signal ``name`` until ``deadline_ms``
-        (0: no deadline). Which signal it takes is the host's decision."""
+        """The code starts waiting for signal ``name`` at ``began_ms`` until
+        ``deadline_ms`` (0: no deadline). Which signal it takes is the host's
+        decision."""
         seq = self._next_seq
         self._next_seq = seq + 1
         run = self._info.run
-        return seq, self._arm(seq, _WAIT, name, lambda: rec.Wait(run, seq, name, deadline_ms), True)
+        return seq, self._arm(seq, _WAIT, name, lambda: rec.Wait(run, seq, name, deadline_ms, began_ms), True)
 
     def begin_child(
         self, wtype: str, id: str, flags: int, deadline_ms: int, input: bytes
@@ -1334,7 +1343,8 @@ class RunMachine:
                 if t is StepDone:
                     assert isinstance(c, StepDone)
                     if p.kind is _STEP:
-                        record = rec.Step(run, seq, p.name, p.attempt, c.status, c.payload)
+                        record = rec.Step(run, seq, p.name, p.attempt, c.status, c.payload,
+                                          c.began_us, c.took_us, c.queued_us)
                     else:
                         record = rec.Completed(run, seq, p.attempt, c.status, c.payload)
                     return Deliver(seq, Outcome(c.status, c.payload), record)

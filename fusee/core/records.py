@@ -109,16 +109,33 @@ class Start(_Rec, tag=0, frozen=True, array_like=True, gc=False):
 
 
 class Step(_Rec, tag=1, frozen=True, array_like=True, gc=False):
+    """A step's outcome; the last three fields time the attempt that gave it.
+
+    ``began_us`` is when the attempt's function began (wall-clock Unix
+    microseconds from the engine's clock, 0: not recorded, as in records
+    written before step times), ``took_us`` how long it ran to its outcome,
+    and ``queued_us`` how long it waited for a limit's permit or a thread of
+    the step pool before it began. They are plain trailing fields, not a
+    nested struct, to spare an allocation per step.
+    """
+
     run: int
     seq: int
     name: str
     attempt: int
     status: Status
     payload: bytes
+    began_us: int = 0
+    took_us: int = 0
+    queued_us: int = 0
 
 
 class Attempt(_Rec, tag=2, frozen=True, array_like=True, gc=False):
-    """A failed attempt; ``retry_at_ms == PAUSED`` when retries ran out."""
+    """A failed attempt; ``retry_at_ms == PAUSED`` when retries ran out.
+
+    ``began_us``, ``took_us`` and ``queued_us`` time the attempt, as a
+    ``Step``'s do.
+    """
 
     run: int
     seq: int
@@ -126,6 +143,9 @@ class Attempt(_Rec, tag=2, frozen=True, array_like=True, gc=False):
     attempt: int
     retry_at_ms: int
     error: bytes
+    began_us: int = 0
+    took_us: int = 0
+    queued_us: int = 0
 
 
 class Resume(_Rec, tag=3, frozen=True, array_like=True, gc=False):
@@ -138,10 +158,13 @@ class Resume(_Rec, tag=3, frozen=True, array_like=True, gc=False):
 
 
 class Timer(_Rec, tag=4, frozen=True, array_like=True, gc=False):
+    """A sleep until ``fire_at_ms``, begun at ``began_ms`` (0: not recorded)."""
+
     run: int
     seq: int
     name: str
     fire_at_ms: int
+    began_ms: int = 0
 
 
 class Fired(_Rec, tag=5, frozen=True, array_like=True, gc=False):
@@ -160,10 +183,13 @@ class Signal(_Rec, tag=6, frozen=True, array_like=True, gc=False):
 
 
 class Wait(_Rec, tag=7, frozen=True, array_like=True, gc=False):
+    """A wait for a signal (``deadline_ms`` 0: none), begun at ``began_ms`` (0: not recorded)."""
+
     run: int
     seq: int
     name: str
     deadline_ms: int
+    began_ms: int = 0
 
 
 class Waited(_Rec, tag=8, frozen=True, array_like=True, gc=False):

@@ -44,6 +44,7 @@ from fusee.errors import (
     CorruptRecord,
     DirectoryLocked,
     EngineClosed,
+    EngineForked,
     FuseeError,
     InvalidWorkflowId,
     LeaseHeld,
@@ -60,12 +61,14 @@ from fusee.retry import Retry
 from fusee.runtime import ended, history
 from fusee.runtime.context import Duration
 from fusee.runtime.env import DEFAULT_STEP_THREADS, Env, RealEnv
-from fusee.runtime.runtime import IF_FINISHED, IF_RUNNING, Runtime
+from fusee.runtime.runtime import DEFAULT_LOAD_ROOM, IF_FINISHED, IF_RUNNING, Runtime
 from fusee.runtime.streams import StreamBatch, durable_chunks
 from fusee.runtime.table import dedup_key
 from fusee.runtime.tokens import parse_token
 from fusee.runtime.wfloop import WorkflowLoop
-from fusee.storage import flush_modes
+from fusee.sizes import Size, to_bytes
+from fusee.steptimes import StepAttempt, step_attempts
+from fusee.storage import flush_modes, forks
 from fusee.storage import postgres as pg_store
 from fusee.storage.committer import GroupCommitter
 from fusee.storage.directory import existing_shards
@@ -87,6 +90,22 @@ logger = logging.getLogger("fusee")
 
 class _Closes(Protocol):
     async def close(self) -> None: ...
+
+    def descriptors(self) -> set[int]:
+        """The sockets it holds (let go of in a forked child, see :mod:`fusee.storage.forks`)."""
+        ...
+
+
+def forked_error(what: str, pid: int) -> EngineForked:
+    """The error of a call made in a child forked from the process ``pid`` that opened ``what``."""
+    return EngineForked(
+        f"this {what} was opened in process {pid} and called in process {os.getpid()}, a child "
+        "forked from it: its loop, threads, directory lock and connections stay with the parent, "
+        "and nothing was recorded. Open the engine in each process that uses it, after the fork "
+        "(gunicorn: drop --preload, or open it lazily at first use; Celery: worker_process_init; "
+        "multiprocessing: the 'spawn' or 'forkserver' start method, or open it in the child); "
+        "see docs/hosts.md"
+    )
 
 
 #: What :meth:`Engine.open` calls: ``opener(cls, path, **every keyword of open)`` returns the
@@ -148,6 +167,10 @@ class RunSummary:
     ended_at: datetime.datetime | None = None
     #: The current run's search attributes: every ``ctx.set_attributes`` merged, latest last.
     attributes: dict[str, Any] = dataclasses.field(default_factory=dict, hash=False)
+    #: Every journaled step attempt of the current run, in journal order, with when it ran,
+    #: how long it took and how long it queued for a permit or a thread (filled by
+    #: :meth:`Engine.describe`).
+    steps: tuple[StepAttempt, ...] = ()
 
 
 class RunHandle(Generic[R]):
@@ -250,6 +273,8 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
     #: The continuous backup (``backup=``), None without one.
     _backup: BackupThread | None = None
     _backup_close_timeout: float = 30.0
+    #: The process that opened the engine: in a child forked from it every call raises EngineForked.
+    _pid: int
 
     def __init__(self) -> None:
         raise TypeError("use 'await fusee.Engine.open(path, workflows=[...])'")
@@ -274,6 +299,8 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
         checkpoint_bytes: int | None = None,
         park_after: float | None = 60.0,
         max_loaded: int | None = None,
+        memory_budget: Size | None = None,
+        recovery_batch: int = DEFAULT_LOAD_ROOM,
         retention: float | None = None,
         read_only: bool = False,
         keep_history: bool = True,
@@ -307,6 +334,18 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
 
         ``checkpoint_interval`` (seconds) also writes one that often while
         records were appended since the last one.
+
+        ``memory_budget`` (bytes: an int, or a string such as ``"256MiB"``) and
+        ``max_loaded`` (runs) bound what the runs loaded in memory hold: once they
+        pass either, suspended runs park at once, those quiet longest first,
+        whatever ``park_after`` says (a bad size raises
+        :class:`fusee.errors.InvalidSize`). ``metrics().loaded_bytes`` is what the
+        loaded runs are counted as holding (docs/operations.md says what it counts).
+        ``recovery_batch``: unfinished runs replay that many at a time; the open
+        returns once the first batch is loaded and the others follow in the
+        background, each after the loop had a turn, so the first runs go on while
+        later ones wait (``metrics().runs_to_load``). A run something arrives for
+        (a signal, a query, a timer) is loaded at once, before its turn.
 
         ``workflows`` also takes keyed objects (``fusee.object(...)``): each is a
         built-in workflow. ``limits`` declares the step limits steps may name
@@ -389,6 +428,8 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
                 checkpoint_bytes=checkpoint_bytes,
                 park_after=park_after,
                 max_loaded=max_loaded,
+                memory_budget=memory_budget,
+                recovery_batch=recovery_batch,
                 retention=retention,
                 read_only=read_only,
                 keep_history=keep_history,
@@ -423,6 +464,8 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
         park_after: float | None,
         max_loaded: int | None,
         retention: float | None,
+        memory_budget: Size | None = None,
+        recovery_batch: int = DEFAULT_LOAD_ROOM,
         read_only: bool = False,
         keep_history: bool = True,
         codec: Codec | None = None,
@@ -467,6 +510,13 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
         interval = periodic.check_interval(checkpoint_interval)
         if checkpoint_bytes is not None and (not isinstance(checkpoint_bytes, int) or checkpoint_bytes < 1):
             raise ValueError(f"checkpoint_bytes must be a positive int, got {checkpoint_bytes!r}")
+        budget_bytes = None if memory_budget is None else to_bytes(memory_budget, "memory_budget")
+        if max_loaded is not None and (not isinstance(max_loaded, int) or isinstance(max_loaded, bool)
+                                       or max_loaded < 0):
+            raise ValueError(f"max_loaded must be an int >= 0 or None, got {max_loaded!r}")
+        if not isinstance(recovery_batch, int) or isinstance(recovery_batch, bool) or recovery_batch < 1:
+            raise ValueError(f"recovery_batch must be a positive int (runs loaded per batch at open), "
+                             f"got {recovery_batch!r}")
         if shards is not None and (not isinstance(shards, int) or isinstance(shards, bool) or shards < 1):
             raise ValueError(f"shards must be a positive int, got {shards!r}")
         if inline_sync_steps not in (None, True, False):
@@ -541,6 +591,7 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
                 env.close()
             raise
         self = object.__new__(cls)
+        self._pid = os.getpid()
         self._env = env
         self._own_env = own_env
         self._log = log
@@ -569,10 +620,12 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
             retry or Retry(),
             park_after=park_after,
             max_loaded=max_loaded,
+            memory_budget=budget_bytes,
             retention=retention,
             checkpoint_every=checkpoint_every,
             codec=codec,
         )
+        self._rt.set_load_room(recovery_batch)
         self._rt.keep_history = bool(keep_history)
         if read_only:
             # A view advances nothing: a parked run's wake-up that came due while the
@@ -621,9 +674,9 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
         log.on_checkpoint_due = checkpoint_soon
         logger.info(
             "opened %s in %.3f s: %d records read after the checkpoint; %d workflows, %d loaded "
-            "(%d replayed), %d stuck",
+            "(%d replayed), %d more to load in batches of %d, %d stuck",
             log.dir.path, rt.loop.time() - opened_at, self.recovered_records, len(rt.wf), rt.loaded_runs,
-            rt.stats["replays"], len(rt.stuck),
+            rt.stats["replays"], len(rt.load_queue), rt.load_room, len(rt.stuck),
         )
         if interval is not None and not read_only:
             periodic.every(rt.loop, interval, self._periodic_checkpoint, self._wake_on_append)
@@ -640,7 +693,19 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
         if backup is not None:
             self._backup = backup.start(log)
             self._backup_close_timeout = backup.close_timeout
+        forks.hold(self, Engine._descriptors)
         return self
+
+    def _descriptors(self) -> set[int]:
+        """What this engine holds that a forked child must let go of: the files of its directory
+        (the lock among them) and its route server's sockets (PostgreSQL's connections let go of
+        themselves)."""
+        fds: set[int] = set()
+        if isinstance(self._env, RealEnv) and not pg_store.is_dsn(self._log.dir.path):
+            fds |= forks.files_under(self._log.dir.path)
+        if self._route_server is not None:
+            fds |= self._route_server.descriptors()
+        return fds
 
     @property
     def epoch(self) -> int:
@@ -725,6 +790,11 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
 
     # --- helpers ---------------------------------------------------------
 
+    def _check_process(self) -> None:
+        """Refuses a call in a forked child (the engine's loop, threads and lock stay in the parent)."""
+        if self._pid != os.getpid():
+            raise forked_error("engine", self._pid)
+
     def _check_loop(self) -> None:
         """Every entry point runs on the engine's loop: refuse others before anything is recorded."""
         try:
@@ -745,6 +815,7 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
         )
 
     def _check_open(self) -> None:
+        self._check_process()
         self._check_loop()
         if self._closed:
             raise EngineClosed("the engine is closed: open it again to continue")
@@ -1288,6 +1359,7 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
         must not be called from the engine's own loop (that would deadlock):
         there, ``await`` the method directly.
         """
+        self._check_process()  # in a forked child the loop never runs: it would wait forever
         try:
             running = asyncio.get_running_loop()
         except RuntimeError:
@@ -1440,6 +1512,7 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
 
     def describe(self, workflow_id: str) -> RunSummary:
         """The workflow's summary. Raises :class:`fusee.NotFound` for an unknown ID."""
+        self._check_process()  # a forked child would read the parent's state of the fork's instant
         st = self._rt.current(self._check_id(workflow_id))
         return self._summary(st, detail=True)
 
@@ -1455,7 +1528,7 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
         )
         if detail:
             journal = self._rt.journal_of(st)[0]
-            summary = dataclasses.replace(summary, audit=_audit_view(journal))
+            summary = dataclasses.replace(summary, audit=_audit_view(journal), steps=step_attempts(journal))
             if st.running:
                 summary = dataclasses.replace(summary, **_retry_view(journal))
         return summary
@@ -1467,6 +1540,7 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
         ``paused_steps``) and ``audit`` are filled by :meth:`describe` only;
         ``started_at``, ``ended_at`` and ``attributes`` everywhere.
         """
+        self._check_process()
         return [self._summary(st) for st in self._rt.wf.values()]
 
     def list(self, where: str | None = None, limit: int = 100, cursor: str | None = None, *,
@@ -1489,6 +1563,7 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
         fields and ``audit`` only by :meth:`describe`). Answers from memory,
         durable or not yet.
         """
+        self._check_process()
         states, next_cursor = visibility.select(self._rt, where, limit, cursor, order)
         return RunPage([self._summary(st) for st in states], next_cursor)
 
@@ -1499,6 +1574,7 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
         Walks what ``where`` selects (the whole table without an indexed term);
         answers from memory. Raises :class:`fusee.InvalidQuery` as :meth:`list` does.
         """
+        self._check_process()
         return visibility.counts(self._rt, where)
 
     def metrics(self) -> Metrics:
@@ -1507,6 +1583,7 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
         A walk of the workflow table (its time grows with the workflows);
         every field is documented on :class:`fusee.Metrics` and in docs/operations.md.
         """
+        self._check_process()
         return visibility.metrics(self._rt, self._committer,
                                   backup=self._backup.status() if self._backup is not None else None)
 
@@ -1559,11 +1636,16 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
         is (it continues at the next open), everything journaled is made
         durable, and a checkpoint is written. A step still running when the
         grace ends has its result dropped: it runs again at the next open.
+
+        In a child forked from the process that opened it, raises
+        :class:`fusee.EngineForked` at once: the parent owns the engine.
         """
+        self._check_process()
         self._check_loop()
         if self._closed:
             return
         self._closed = True
+        forks.release(self)
         rt = self._rt
         rt.closing = True
         grace_s = to_ms(grace) / 1000

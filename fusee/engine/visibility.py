@@ -128,6 +128,13 @@ class Metrics:
     indexed: int
     #: The runtime's counters (runs started, replays, parks, wakes, checkpoints, ...).
     stats: dict[str, int]
+    #: What the loaded runs are counted as holding, in bytes: per run a constant plus, per
+    #: journal record, a constant and its encoded size (see ``fusee.runtime.budget``).
+    loaded_bytes: int
+    #: ``Engine.open(memory_budget=...)`` in bytes (None: no budget).
+    memory_budget: int | None
+    #: Unfinished runs recovery has still to load (they load in batches after the open).
+    runs_to_load: int
     #: The continuous backup's position, lag and failures (None without ``backup=``).
     backup: BackupStatus | None = None
 
@@ -734,6 +741,9 @@ def metrics(rt: Runtime, committer: Any, backup: BackupStatus | None = None) -> 
         flush_p99_ms=_percentile(list(log.flush_seconds), 0.99) * 1000,
         indexed=len(rt.index),
         stats=dict(rt.stats),
+        loaded_bytes=rt.loaded_bytes,
+        memory_budget=rt.memory_budget,
+        runs_to_load=len(rt.to_load),
         backup=backup,
     )
 

@@ -44,7 +44,7 @@ MAX_BACKFILL = 10_000
 CONTROL: UpdateDef[Any] = UpdateDef("fusee.schedule.control")
 DESCRIBE: QueryDef[Any] = QueryDef("fusee.schedule.describe")
 #: Never sent: waiting for it with a timeout is a timer that a control request can cut short.
-_TIMER: SignalDef[Any] = SignalDef("fusee.schedule.timer")
+TIMER: SignalDef[Any] = SignalDef("fusee.schedule.timer")
 
 
 def run_id_of(schedule_id: str, at_ms: int) -> str:
@@ -320,7 +320,7 @@ async def schedule_run(ctx: Ctx, state: dict[str, Any]) -> dict[str, Any]:
             waits.append(tracked)
         timer = None
         if not s["paused"]:
-            timer = asyncio.ensure_future(ctx.wait_for(_TIMER, timeout=max(0, s["due_ms"] - now) / 1000))
+            timer = asyncio.ensure_future(ctx.wait_for(TIMER, timeout=max(0, s["due_ms"] - now) / 1000))
             waits.append(timer)
         await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
         for w in waits:

@@ -33,7 +33,7 @@ from fusee.runtime.context import Ctx
 PREFIX = "fusee:window:"
 TYPE = "fusee:window"
 EVENT: UpdateDef[Any] = UpdateDef("fusee.window.event")
-_TIMER: SignalDef[Any] = SignalDef("fusee.window.timer")
+TIMER: SignalDef[Any] = SignalDef("fusee.window.timer")
 
 
 def coordinator_id(workflow_name: str, key: str) -> str:
@@ -153,7 +153,7 @@ async def coordinator(ctx: Ctx, state: dict[str, Any]) -> None:
             waits.append(running)
         if s["open"] is not None:
             left = max(0, _deadline(rule, s["open"]) - now)
-            waits.append(asyncio.ensure_future(ctx.wait_for(_TIMER, timeout=left / 1000)))
+            waits.append(asyncio.ensure_future(ctx.wait_for(TIMER, timeout=left / 1000)))
         await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
         for f in waits:
             if f is not running and not f.done():

@@ -16,13 +16,14 @@ import importlib
 import importlib.util
 import json
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import msgspec
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
-from starlette.responses import JSONResponse, RedirectResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Mount, Route, Router
 from starlette.types import ASGIApp
 
@@ -31,7 +32,8 @@ from fusee import codec, errors, journal_file, objects, views
 from fusee.engine.bulk import ACTIONS as BULK_ACTIONS
 from fusee.engine.bulk import MAX_BULK
 from fusee.engine.visibility import MAX_LIMIT, ORDERS
-from fusee.http import openapi, schemas
+from fusee.http import openapi, schemas, sse
+from fusee.http.auth import Authentication, Authenticator, check_tokens, user_of
 from fusee.http.guard import DEFAULT_MAX_BODY, LOOPBACK_HOSTS, error_response, too_large
 from fusee.http.guard import middleware as guards
 from fusee.http.paths import RawPath, encoded_path, param
@@ -233,7 +235,7 @@ class _Api:
         await self.exists(wid)
         engine = self.engine
 
-        async def events() -> AsyncIterator[bytes]:
+        async def events() -> AsyncIterator[sse.Event]:
             at, run_id = offset, pinned
             while True:
                 try:
@@ -242,22 +244,21 @@ class _Api:
                         functools.partial(engine.stream_batch, wid, name, at, wait=STREAM_POLL, run_id=run_id))
                     chunks, nxt, ended, run_id = b.chunks, b.next_offset, b.ended, b.run_id
                 except errors.FuseeError as e:
-                    data = json.dumps({"type": type(e).__name__, "message": str(e)})
-                    yield f"event: error\ndata: {data}\n\n".encode()
+                    yield sse.event(json.dumps({"type": type(e).__name__, "message": str(e)}), event="error")
                     return
                 if not chunks and not ended:
-                    yield b": waiting\n\n"  # keeps proxies from closing an idle stream
+                    yield sse.event(comment="waiting")  # keeps proxies from closing an idle stream
                 for i, chunk in enumerate(chunks):
                     # The id is the offset after this chunk: a reconnect sends it as Last-Event-ID.
-                    yield f"id: {at + i + 1}\nevent: chunk\ndata: {json.dumps(chunk)}\n\n".encode()
+                    yield sse.event(json.dumps(chunk), event="chunk", id=str(at + i + 1))
                 at = nxt
                 if ended:
                     end = {"offset": at, "status": b.end_status, "run_id": run_id}
-                    yield f"event: end\ndata: {json.dumps(end)}\n\n".encode()
+                    yield sse.event(json.dumps(end), event="end")
                     return
 
-        return StreamingResponse(events(), media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        # sse-starlette: the event encoding, client disconnects and the server's shutdown.
+        return sse.response(events(), headers={"Cache-Control": "no-cache"})
 
     @_handler()
     async def metrics(self, request: Request) -> Response:
@@ -285,7 +286,7 @@ class _Api:
         sig: fusee.SignalDef[Any] = _named(fusee.SignalDef, body.name)
         try:
             await self.call(lambda: self.engine.signal(wid, sig, body.value, dedup_key=body.dedup_key,
-                                                       by=_who(body.by)))
+                                                       by=_who(request, body.by)))
         except errors.UnknownSignal as e:
             raise BadRequest(str(e), "name", type="UnknownSignal") from None
         return JSONResponse({"workflow_id": wid, "action": "signal"})
@@ -317,21 +318,21 @@ class _Api:
     async def cancel(self, request: Request) -> Response:
         wid = self.wid(request)
         body = await _body(request, schemas.ReasonRequest)
-        await self.call(lambda: self.engine.cancel(wid, body.reason, by=_who(body.by)))
+        await self.call(lambda: self.engine.cancel(wid, body.reason, by=_who(request, body.by)))
         return JSONResponse({"workflow_id": wid, "action": "cancel"})
 
     @_handler("reason")
     async def terminate(self, request: Request) -> Response:
         wid = self.wid(request)
         body = await _body(request, schemas.ReasonRequest)
-        await self.call(lambda: self.engine.terminate(wid, body.reason, by=_who(body.by)))
+        await self.call(lambda: self.engine.terminate(wid, body.reason, by=_who(request, body.by)))
         return JSONResponse({"workflow_id": wid, "action": "terminate"})
 
     @_handler("by")
     async def resume(self, request: Request) -> Response:
         wid = self.wid(request)
         body = await _body(request, schemas.ResumeRequest)
-        by = _who(body.by)
+        by = _who(request, body.by)
         engine = self.engine
 
         async def resume() -> None:
@@ -358,7 +359,7 @@ class _Api:
             raise BadRequest("before_position must be >= 0", "before_position")
         handle = await self.call(lambda: self.engine.reset(
             wid, before_step=body.before_step, before_position=body.before_position,
-            reapply_signals=body.reapply_signals, version=body.version, by=_who(body.by)))
+            reapply_signals=body.reapply_signals, version=body.version, by=_who(request, body.by)))
         return JSONResponse({"workflow_id": handle.workflow_id, "run_id": handle.run_id})
 
     @_handler("before_step")
@@ -374,7 +375,7 @@ class _Api:
             raise BadRequest("before_position must be >= 0", "before_position")
         handle = await self.call(lambda: self.engine.fork(
             wid, body.new_id, before_step=body.before_step, before_position=body.before_position,
-            reapply_signals=body.reapply_signals, version=body.version, by=_who(body.by)))
+            reapply_signals=body.reapply_signals, version=body.version, by=_who(request, body.by)))
         return JSONResponse({"workflow_id": handle.workflow_id, "run_id": handle.run_id}, status_code=201)
 
     @_handler("token")
@@ -382,7 +383,7 @@ class _Api:
         body = await _body(request, schemas.CompleteRequest)
         if not body.token:
             raise BadRequest("token must be the non-empty token handed out by ctx.await_completion", "token")
-        by = _who(body.by)
+        by = _who(request, body.by)
         try:
             if body.failed:
                 done = await self.call(lambda: self.engine.fail_completion(body.token, body.message, by=by))
@@ -408,7 +409,7 @@ class _Api:
             raise BadRequest(f"limit must be from 1 to {MAX_BULK}, got {body.limit}", "limit")
         if body.before_position is not None and body.before_position < 0:
             raise BadRequest("before_position must be >= 0", "before_position")
-        by = _who(body.by)
+        by = _who(request, body.by)
         options = {"reason": body.reason, "signal": body.signal, "value": body.value,
                    "before_step": body.before_step, "before_position": body.before_position,
                    "reapply_signals": body.reapply_signals}
@@ -520,9 +521,8 @@ class _Api:
     def obj(self, request: Request) -> tuple[Any, str]:
         """The keyed object named in the path (404 naming ``object`` if the engine has none)."""
         name, key = param(request, "object"), param(request, "key")
-        found = self.engine._rt.versions.get((objects.PREFIX + name, 1))
-        owner = getattr(getattr(found, "fn", None), "__self__", None)
-        if not isinstance(owner, objects.ObjectDef):
+        owner = objects.declared(self.engine._rt.versions).get(name)
+        if owner is None:
             raise BadRequest(f"this engine has no keyed object named {name!r}", "object", status=404,
                              type="NotFound")
         return owner, key
@@ -631,33 +631,50 @@ def _named(make: Callable[[str], T], name: str) -> T:
     return make(name)
 
 
-def _who(by: str | None) -> str | None:
+def _who(request: Request, by: str | None) -> str | None:
+    """The name the audit records: the authenticated person's (a per-person token or the host's
+    ``authenticate``), else what the request says in ``by``."""
     if by is not None and not by:
         raise BadRequest("by names who asks: a non-empty string (or left out)", "by")
-    return by
+    user = user_of(request.scope)
+    if user is None:
+        return by
+    if by is not None and by != user:
+        raise BadRequest(f"by is {by!r} but this request is authenticated as {user!r}: the audit records "
+                         "who signed in (leave by out)", "by", status=403, type="Forbidden")
+    return user
 
 
 def _safe(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]", "_", name) or "journal"
 
 
-def ui_routes(engine: fusee.Engine) -> list[BaseRoute] | None:
+def ui_routes(engine: fusee.Engine, secret: bytes | str | None = None) -> list[BaseRoute] | None:
     """The web UI's routes (``fusee.ui.routes``) if the UI is installed, else None."""
     if importlib.util.find_spec("fusee.ui") is None:
         return None
     ui = importlib.import_module("fusee.ui")
-    routes: list[BaseRoute] = ui.routes(engine)
+    routes: list[BaseRoute] = ui.routes(engine, secret=secret)
     return routes
 
 
-def app(engine: fusee.Engine, token: str | None = None, *, allowed_hosts: Sequence[str] | None = None,
-        max_body: int = DEFAULT_MAX_BODY) -> ASGIApp:
+def app(engine: fusee.Engine, token: str | None = None, *, tokens: Mapping[str, str] | None = None,
+        authenticate: Authenticator | None = None, allowed_hosts: Sequence[str] | None = None,
+        max_body: int = DEFAULT_MAX_BODY, secret: bytes | str | None = None) -> ASGIApp:
     """The HTTP API of ``engine`` as an ASGI app (Starlette), with the web UI at ``/ui``.
 
     Endpoints are under ``/api`` (the OpenAPI document is at ``/openapi.json``
     and in docs/operations.md). With ``token``, every request (the UI's too)
     must carry ``Authorization: Bearer <token>``; others get 401 and nothing
-    runs. Bad requests get 4xx with ``{"error": {"type", "message", "field"}}``;
+    runs. With ``tokens`` (each person's name → their token) a request
+    carries one of them and the audit (``by``) records its holder's name,
+    which the request cannot change (a different ``by`` gets 403); with
+    ``authenticate`` (a function or coroutine function given the request,
+    answering the person's name or None) the host's own check decides, for
+    requests no token lets in. The three combine. ``secret`` (16 bytes or
+    more, the same on every worker) signs the web UI's form tokens, so that a
+    page served by one worker, or before a restart, acts through any other;
+    without it each process signs with a key of its own. Bad requests get 4xx with ``{"error": {"type", "message", "field"}}``;
     an unknown workflow ID gets 404. Mount it in your own ASGI app or serve it
     with ``fusee serve``; the engine must stay open while the app serves.
 
@@ -671,11 +688,12 @@ def app(engine: fusee.Engine, token: str | None = None, *, allowed_hosts: Sequen
     """
     if not isinstance(engine, fusee.Engine):
         raise TypeError(f"fusee.http.app takes an open fusee.Engine, got {engine!r}")
-    if token is not None and (not isinstance(token, str) or not token):
-        raise ValueError("token must be a non-empty string (or None for no token)")
-    checks = guards(LOOPBACK_HOSTS if allowed_hosts is None else allowed_hosts, max_body, token)
+    people = check_tokens(token, tokens, authenticate)
+    authentication = (Middleware(Authentication, token=token, tokens=people, authenticate=authenticate)
+                      if token is not None or people or authenticate is not None else None)
+    checks = guards(LOOPBACK_HOSTS if allowed_hosts is None else allowed_hosts, max_body, authentication)
     api = _Api(engine)
-    ui = ui_routes(engine)
+    ui = ui_routes(engine, secret)
 
     async def spec(request: Request) -> Response:
         return JSONResponse(openapi.document())

@@ -20,10 +20,8 @@ reaches the server under its own host name and reads the answers. So:
 
 from __future__ import annotations
 
-import hmac
 from collections.abc import Sequence
-from typing import Any
-from urllib.parse import parse_qsl, urlsplit
+from urllib.parse import urlsplit
 
 from starlette.datastructures import Headers
 from starlette.middleware import Middleware
@@ -144,57 +142,9 @@ class WriteChecks:
 PROBE_PATHS = frozenset({"/healthz", "/readyz"})
 
 
-def _probe(scope: Scope) -> bool:
+def is_probe(scope: Scope) -> bool:
+    """A liveness or readiness probe (answered without credentials)."""
     return scope["type"] == "http" and scope["method"] in ("GET", "HEAD") and _route_path(scope) in PROBE_PATHS
-
-
-class TokenCheck:
-    """Refuses every HTTP request without ``Authorization: Bearer <token>`` (401, JSON), before
-    any handler runs. A browser sends the token as the ``fusee_token`` cookie instead: opening
-    any page once with ``?token=<token>`` sets it (HttpOnly, SameSite=Strict)."""
-
-    def __init__(self, app: ASGIApp, token: str) -> None:
-        self.app = app
-        self.token = token.encode()
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] not in ("http", "websocket") or self._allowed(scope) or _probe(scope):
-            await self.app(scope, receive, send)
-            return
-        if scope["type"] == "http" and self._in_query(scope):
-            cookie = (b"fusee_token=" + self.token + b"; Path=/; HttpOnly; SameSite=Strict")
-
-            async def send_with_cookie(message: Any) -> None:
-                if message["type"] == "http.response.start":
-                    message = {**message, "headers": [*message.get("headers", []), (b"set-cookie", cookie)]}
-                await send(message)
-
-            await self.app(scope, receive, send_with_cookie)
-            return
-        if scope["type"] == "websocket":
-            await send({"type": "websocket.close", "code": 1008})
-            return
-        response = error_response(
-            401, "Unauthorized",
-            "this API needs its token: send the header 'Authorization: Bearer <token>'",
-            "Authorization", headers={"WWW-Authenticate": "Bearer"})
-        await response(scope, receive, send)
-
-    def _in_query(self, scope: Scope) -> bool:
-        query = scope.get("query_string", b"").decode("latin-1")
-        return any(k == "token" and hmac.compare_digest(v.encode(), self.token)
-                   for k, v in parse_qsl(query))
-
-    def _allowed(self, scope: Scope) -> bool:
-        headers = dict(scope.get("headers") or ())
-        auth = headers.get(b"authorization", b"")
-        if auth[:7].lower() == b"bearer " and hmac.compare_digest(auth[7:].strip(), self.token):
-            return True
-        for part in headers.get(b"cookie", b"").split(b";"):
-            name, _, value = part.strip().partition(b"=")
-            if name == b"fusee_token" and hmac.compare_digest(value, self.token):
-                return True
-        return False
 
 
 def check_max_body(max_body: object) -> int:
@@ -211,12 +161,13 @@ def too_large(max_body: int) -> JSONResponse:
                           "(raise it with fusee serve --max-body, or max_body= of fusee.http.app)", "body")
 
 
-def middleware(allowed_hosts: Sequence[str], max_body: int, token: str | None) -> list[Middleware]:
-    """The checks, outermost first: the Host (400), the token when one is given (401), where a
-    write comes from and its media type (403, 415), the body's size (413, as it streams)."""
+def middleware(allowed_hosts: Sequence[str], max_body: int, authentication: Middleware | None) -> list[Middleware]:
+    """The checks, outermost first: the Host (400), who asks when authentication is configured
+    (401, ``fusee.http.auth``), where a write comes from and its media type (403, 415), the body's
+    size (413, as it streams)."""
     stack = [Middleware(TrustedHostMiddleware, allowed_hosts=host_names(allowed_hosts), www_redirect=False)]
-    if token is not None:
-        stack.append(Middleware(TokenCheck, token=token))
+    if authentication is not None:
+        stack.append(authentication)
     limit = check_max_body(max_body)
     # The declared size is refused up front; a chunked body is cut once it passes the limit.
     stack += [Middleware(WriteChecks, max_body=limit), Middleware(RequestBodyLimitMiddleware, max_body_size=limit)]

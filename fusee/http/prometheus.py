@@ -40,6 +40,9 @@ class _Snapshot:
         gauges = [
             ("fusee_runs_parked", "Unfinished runs whose code is out of memory", sum(s.parked for s in m.shards)),
             ("fusee_runs_loaded", "Runs whose code is in memory", sum(s.loaded for s in m.shards)),
+            ("fusee_loaded_bytes", "Bytes the loaded runs are counted as holding (docs/operations.md)",
+             m.loaded_bytes),
+            ("fusee_runs_to_load", "Unfinished runs recovery has still to load", m.runs_to_load),
             ("fusee_steps_executing", "Step functions running now", m.steps_executing),
             ("fusee_steps_gated", "Steps waiting for their run's records to become durable", m.steps_gated),
             ("fusee_timers_pending", "Timers, deadlines and park checks queued", m.timers_pending),

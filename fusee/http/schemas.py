@@ -190,6 +190,23 @@ class AuditEntry(msgspec.Struct, kw_only=True):
     detail: str
 
 
+class StepAttempt(msgspec.Struct, kw_only=True):
+    """One journaled attempt of a step (``fusee.StepAttempt``)."""
+
+    position: int
+    name: str
+    attempt: int
+    #: ok, failed, cancelled, timed_out, retried (a next attempt followed) or paused.
+    status: str
+    #: When its function began and its outcome was known (null: journaled before step times).
+    started_at: str | None
+    ended_at: str | None
+    duration_ms: float | None
+    #: How long it waited for a limit's permit or a thread of the step pool before it began.
+    queued_ms: float
+    error: str | None
+
+
 class RunSummary(msgspec.Struct, kw_only=True):
     workflow_id: str
     run_id: int
@@ -205,6 +222,8 @@ class RunSummary(msgspec.Struct, kw_only=True):
     next_retry: str | None
     paused_steps: list[str]
     audit: list[AuditEntry]
+    #: Every journaled step attempt (filled when one run is described; empty in lists).
+    steps: list[StepAttempt] = []
 
 
 class RunPage(msgspec.Struct, kw_only=True):
@@ -286,6 +305,9 @@ class Metrics(msgspec.Struct, kw_only=True):
     flush_p99_ms: float
     indexed: int
     stats: dict[str, int]
+    loaded_bytes: int = 0
+    memory_budget: int | None = None
+    runs_to_load: int = 0
 
 
 # --- schedules, limits and keyed objects (issue 12's operator side) --------------

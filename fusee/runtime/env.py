@@ -48,6 +48,10 @@ class Env(Protocol):
         """Wall-clock Unix milliseconds (what ``ctx.now()`` records)."""
         ...
 
+    def now_us(self) -> int:
+        """Wall-clock Unix microseconds, on the clock of ``now_ms`` (times step attempts)."""
+        ...
+
     def monotonic(self) -> float:
         """Seconds on a clock that never goes back (times step functions)."""
         ...
@@ -100,6 +104,9 @@ class RealEnv:
 
     def now_ms(self) -> int:
         return time.time_ns() // 1_000_000
+
+    def now_us(self) -> int:
+        return time.time_ns() // 1_000
 
     monotonic = staticmethod(time.perf_counter)
 

@@ -2,16 +2,16 @@
 
 A run that stayed suspended (sleeping, waiting for a signal) for
 ``park_after`` keeps only its packed journal; whatever arrives for it later
-(a signal, a timer, a query) replays it first. Above ``max_loaded`` runs in
-memory, suspended runs park at once.
+(a signal, a timer, a query) replays it first. Above ``max_loaded`` runs or
+``memory_budget`` bytes in memory, suspended runs park at once (``fusee.runtime.budget``).
 """
 
 from __future__ import annotations
 
-import asyncio
 from typing import TYPE_CHECKING, Protocol
 
 from fusee.core import records as rec
+from fusee.runtime import budget
 from fusee.runtime.snapshot import pack
 from fusee.runtime.table import NO_LSNS, NO_RECORDS, WorkflowState, has_outbox
 from fusee.runtime.timers import PARK
@@ -30,17 +30,13 @@ class _PermitWaits(Protocol):
     def waits_for_permit(self, run: Run, seq: int) -> bool: ...
 
 
-class ParkingHost(Protocol):
+class ParkingHost(budget.BudgetHost, Protocol):
     """What parking asks of the runtime (``Runtime`` provides it)."""
-
-    loaded_runs: int
 
     @property
     def steps(self) -> _PermitWaits: ...
     @property
     def park_after_ms(self) -> int | None: ...
-    @property
-    def max_loaded(self) -> int | None: ...
     @property
     def env(self) -> Env: ...
     @property
@@ -48,13 +44,7 @@ class ParkingHost(Protocol):
     @property
     def limiter(self) -> Limiter: ...
     @property
-    def stats(self) -> dict[str, int]: ...
-    @property
     def wf(self) -> dict[str, WorkflowState]: ...
-    @property
-    def closed(self) -> bool: ...
-    @property
-    def loop(self) -> asyncio.AbstractEventLoop: ...
     @property
     def sealer(self) -> Sealer: ...
 
@@ -72,8 +62,15 @@ _NO_STEPS: list[int] = []
 
 
 def after_pump(rt: ParkingHost, run: Run) -> None:
-    """A run went quiet: park it once it has stayed suspended for ``park_after``."""
-    if rt.park_after_ms is None or not run.machine.is_suspended(permit_waits(rt, run)):
+    """A run went quiet: park it once it has stayed suspended for ``park_after``, or at
+    the next sweep while the loaded runs are over the budget."""
+    if rt.park_after_ms is None and not budget.limited(rt):
+        return
+    if not run.machine.is_suspended(permit_waits(rt, run)):
+        return
+    if budget.limited(rt):
+        budget.went_quiet(rt, run)
+    if rt.park_after_ms is None:
         return
     now = rt.env.now_ms()
     run.quiet_since = now
@@ -85,8 +82,6 @@ def after_pump(rt: ParkingHost, run: Run) -> None:
 
 def park_delay(rt: ParkingHost) -> int:
     assert rt.park_after_ms is not None
-    if rt.max_loaded is not None and rt.loaded_runs > rt.max_loaded:
-        return 0
     return rt.park_after_ms
 
 
@@ -138,7 +133,7 @@ def park(rt: ParkingHost, st: WorkflowState) -> None:
         rt.limiter.park((run, seq), lambda ident: wake_for_permit(rt, ident))
     pack_state(rt, st)
     st.run = None
-    rt.loaded_runs -= 1
+    budget.counted_out(rt, run)
     rt.stats["parked"] += 1
     run.kill()
 

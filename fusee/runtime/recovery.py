@@ -5,23 +5,34 @@ is parked and until when); the log after it adds records in order. At open,
 unfinished runs that were loaded replay their code; parked ones stay parked,
 and what any journal still owes others (children to start or hear from,
 signals to send) is redone, since a crash may have lost it on the way.
+
+Runs replay in batches of ``load_room`` (``Engine.open(recovery_batch=...)``):
+the first batch before the open returns, each next one after the loop had a
+turn, so the first runs' steps go on while later ones still wait to load. A
+run something arrives for (a signal, a query) is loaded at once, out of turn.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import asyncio
+import collections
+import logging
+from collections.abc import Callable, Coroutine, Iterable
 from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
 
 from fusee.core import records as rec
-from fusee.runtime import history, parking
+from fusee.runtime import budget, history, parking
 from fusee.runtime.index import decode_attributes
 from fusee.runtime.snapshot import CheckpointEntry, pack, unpack
 from fusee.runtime.table import WorkflowState, dedup_key, has_outbox
 from fusee.runtime.timers import WAKE
 
+log = logging.getLogger("fusee")
+
 if TYPE_CHECKING:
+    from fusee.limits import Limiter
     from fusee.runtime.index import AttributeIndex
 
 
@@ -31,11 +42,21 @@ class RecoveryHost(history.HistoryHost, parking.ParkingHost, Protocol):
     reimplement them)."""
 
     _outbox_at_open: set[str]
+    #: Unfinished runs recovery has still to load, in order, and their IDs (what ``loaded``
+    #: looks up to load one out of turn) with the run each was queued as.
+    load_queue: collections.deque[WorkflowState]
+    to_load: dict[str, int]
+    #: Runs loaded per batch at open.
+    load_room: int
 
     @property
     def by_run(self) -> dict[int, WorkflowState]: ...
     @property
     def index(self) -> AttributeIndex: ...
+    @property
+    def stuck(self) -> dict[str, str]: ...
+    @property
+    def limiter(self) -> Limiter: ...
 
     def journal_of(self, st: WorkflowState) -> tuple[list[rec.Record], list[int]]: ...
     def _load_run(self, st: WorkflowState) -> None: ...
@@ -45,6 +66,7 @@ class RecoveryHost(history.HistoryHost, parking.ParkingHost, Protocol):
     def _close_child(self, ref: rec.ParentRef, child: rec.Child) -> None: ...
     def _signal_quiet(self, target: str, name: str, payload: bytes, key: int) -> None: ...
     def _start_child(self, ref: rec.ParentRef, child: rec.Child) -> None: ...
+    def spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]: ...
 
 
 def load_records(rt: RecoveryHost, records: Iterable[tuple[int, int, rec.Record]]) -> None:
@@ -90,7 +112,8 @@ def load_records(rt: RecoveryHost, records: Iterable[tuple[int, int, rec.Record]
 
 
 def resume_all(rt: RecoveryHost) -> None:
-    """Loads every unfinished run and replays its code; hands over continued runs.
+    """Queues every unfinished run to load and replay its code (the first batch loads now, the
+    rest in the background); hands over continued runs.
 
     Parked runs stay parked; what their journals still owe others
     (children to start or to hear from, signals to send) is redone
@@ -101,7 +124,8 @@ def resume_all(rt: RecoveryHost) -> None:
     for st in list(rt.wf.values()):
         if st.status is None:
             if st.packed is None:
-                rt._load_run(st)
+                rt.load_queue.append(st)
+                rt.to_load[st.id] = st.run_id
             elif st.id in outbox:
                 redo_outbox(rt, st)
         elif st.status == rec.Status.CONTINUED:
@@ -113,6 +137,56 @@ def resume_all(rt: RecoveryHost) -> None:
             # A finished run's child starts and signals may have been lost on the way too.
             redo_outbox(rt, st)
             rt._apply_close_policy(st)
+    load_batch(rt)
+    if rt.load_queue:
+        rt.spawn(load_rest(rt))
+
+
+def load_batch(rt: RecoveryHost) -> None:
+    """Loads and replays the next ``load_room`` queued runs (those that still wait to load)."""
+    room = loaded = rt.load_room
+    queue, to_load = rt.load_queue, rt.to_load
+    rt.limiter.recovering = True  # steps issued now may have run before the crash
+    try:
+        while room > 0 and queue:
+            st = queue.popleft()
+            if to_load.pop(st.id, None) != st.run_id or not waits_to_load(rt, st):
+                continue  # loaded out of turn, ended or replaced meanwhile
+            rt._load_run(st)
+            room -= 1
+    finally:
+        rt.limiter.recovering = False
+    if room < loaded:
+        rt.stats["recovery_batches"] += 1
+    log.debug("recovery loaded a batch of %d runs; %d still to load", loaded - room, len(queue))
+    budget.settle(rt)
+
+
+async def load_rest(rt: RecoveryHost) -> None:
+    """The batches after the first, each once the loop has had a turn (the runs loaded so
+    far run their steps meanwhile)."""
+    while rt.load_queue and not rt.closed:
+        await asyncio.sleep(0)
+        if rt.closed:
+            return
+        load_batch(rt)
+
+
+def waits_to_load(rt: RecoveryHost, st: WorkflowState) -> bool:
+    """Whether ``st``'s run is unfinished, neither loaded nor parked nor stuck."""
+    return st.status is None and st.run is None and st.packed is None and st.id not in rt.stuck
+
+
+def load_now(rt: RecoveryHost, st: WorkflowState) -> bool:
+    """Loads a run recovery queued, out of turn (something arrived for it); False if it was not queued."""
+    if rt.to_load.pop(st.id, None) != st.run_id or not waits_to_load(rt, st):
+        return False
+    was, rt.limiter.recovering = rt.limiter.recovering, True
+    try:
+        rt._load_run(st)
+    finally:
+        rt.limiter.recovering = was
+    return True
 
 
 def redo_outbox(rt: RecoveryHost, st: WorkflowState) -> None:

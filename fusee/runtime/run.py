@@ -33,6 +33,7 @@ from fusee.errors import (
     UpdateFailed,
 )
 from fusee.retry import Retry
+from fusee.runtime import budget
 from fusee.runtime.context import (
     ChildHandle,
     ContinueAsNew,
@@ -79,6 +80,7 @@ class StepCall(Op):
 
     __slots__ = (
         "attempt",
+        "began_us",
         "fn",
         "gate",
         "heartbeat_s",
@@ -87,6 +89,7 @@ class StepCall(Op):
         "last_error",
         "limit",
         "not_before",
+        "queued_us",
         "read_only",
         "retry",
         "takes_info",
@@ -119,6 +122,10 @@ class StepCall(Op):
         self.attempt = attempt
         self.not_before = not_before
         self.gate = gate
+        #: When the current attempt's function began (engine clock, Unix µs), and how long it
+        #: waited for a permit or a pool thread before: the times its record journals.
+        self.began_us = 0
+        self.queued_us = 0
         #: The latest failed attempt's error (for describe()), or None.
         self.last_error: str | None = None
         #: The limit whose permit each attempt takes (fusee.limits.LimitRequest), or None.
@@ -144,6 +151,8 @@ class RunHost(Protocol):
     limiter: Any  # fusee.limits.Limiter: checks a step's limit= at ctx.step
     telemetry: TelemetryHooks | None
     steps_started: bool  # a gated step started since the last pump began (see flush_soon)
+    loaded_bytes: int  # what loaded runs are counted as holding (fusee.runtime.budget)
+    last_append_bytes: int  # the encoded size of the latest append
 
     # the log
     def append(self, shard: int, r: rec.Record) -> int: ...
@@ -242,6 +251,10 @@ class Run:
         #: When the run last went quiet (Env ms), and whether a park check is queued for it.
         self.quiet_since = 0
         self.park_queued = False
+        #: What the run is counted as holding (``fusee.runtime.budget``), and whether the
+        #: runtime's total counts it (from its load until it parks or ends).
+        self.held_bytes = budget.RUN_BYTES + budget.journal_bytes(journal)
+        self.counted = False
         for r, lsn in zip(journal, lsns, strict=True):
             self._index(r)
             if type(r) is rec.CancelRequest:
@@ -292,6 +305,10 @@ class Run:
     def append(self, r: rec.Record) -> int:
         """Appends ``r`` to the log as this run's next record; returns its LSN."""
         lsn = self.rt.append(self.shard, r)
+        held = budget.RECORD_BYTES + self.rt.last_append_bytes
+        self.held_bytes += held
+        if self.counted:
+            self.rt.loaded_bytes += held
         self.journal.append(r)
         self.lsns.append(lsn)
         self.machine.gate = lsn
@@ -705,7 +722,8 @@ class Run:
         self._check()
         ms = to_ms(duration)
         try:
-            seq, arm = self.machine.begin_sleep(name, self.rt.env.now_ms() + ms)
+            now = self.rt.env.now_ms()
+            seq, arm = self.machine.begin_sleep(name, now + ms, now)
         except DeterminismError as e:
             raise self._determinism(e) from None
         fut = self._new_op(seq, SLEEP, name, None)
@@ -722,9 +740,10 @@ class Run:
         self._check()
         if not isinstance(signal, SignalDef):
             raise TypeError(f"wait_for takes a signal made with fusee.signal(...), got {signal!r}")
-        deadline = self.rt.env.now_ms() + to_ms(timeout) if timeout is not None else 0
+        now = self.rt.env.now_ms()
+        deadline = now + to_ms(timeout) if timeout is not None else 0
         try:
-            seq, arm = self.machine.begin_wait(signal.name, deadline)
+            seq, arm = self.machine.begin_wait(signal.name, deadline, now)
         except DeterminismError as e:
             raise self._determinism(e) from None
         fut = self._new_op(seq, WAIT, signal.name, signal.type)

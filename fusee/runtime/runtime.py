@@ -10,6 +10,7 @@ group committer it was given.
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -34,7 +35,7 @@ from fusee.errors import (
 )
 from fusee.limits import Limiter
 from fusee.retry import Retry
-from fusee.runtime import history, index, parking, recovery
+from fusee.runtime import budget, history, index, parking, recovery
 from fusee.runtime import reset as reset_journal
 from fusee.runtime.env import Env
 from fusee.runtime.index import AttributeIndex
@@ -61,6 +62,9 @@ log = logging.getLogger("fusee")
 
 RUNNING, FINISHED = "running", "finished"
 
+#: Runs recovery loads and replays per batch at open (``Engine.open(recovery_batch=...)``).
+DEFAULT_LOAD_ROOM = 1000
+
 IF_RUNNING = ("fail", "attach", "terminate")
 IF_FINISHED = ("fail", "attach", "start")
 
@@ -78,6 +82,7 @@ class Runtime:
         *,
         park_after: float | None = 60.0,
         max_loaded: int | None = None,
+        memory_budget: int | None = None,
         retention: float | None = None,
         checkpoint_every: int = 200_000,
         codec: Codec | None = None,
@@ -94,6 +99,18 @@ class Runtime:
         self._checkpoint_scheduled = False
         self.park_after_ms = None if park_after is None else int(park_after * 1000)
         self.max_loaded = max_loaded
+        #: Bytes the loaded runs may hold before suspended ones park (``fusee.runtime.budget``).
+        self.memory_budget = memory_budget
+        #: What the loaded runs are counted as holding, and the encoded size of the latest append.
+        self.loaded_bytes = 0
+        self.last_append_bytes = 0
+        #: Suspended loaded runs, longest quiet first, while a budget is set (the sweep's candidates).
+        self.quiet: dict[Run, None] = {}
+        self.sweep_scheduled = False
+        #: Unfinished runs recovery has still to load, and how many it loads per batch (``recovery.py``).
+        self.load_queue: collections.deque[WorkflowState] = collections.deque()
+        self.to_load: dict[str, int] = {}
+        self.load_room = DEFAULT_LOAD_ROOM
         self.retention_ms = None if retention is None else int(retention * 1000)
         self.loaded_runs = 0
         self.committer = committer
@@ -137,7 +154,7 @@ class Runtime:
         #: False: runs that end keep only their start, ending and outbox (see ``fusee.runtime.history``).
         self.keep_history = True
         self.stats = {"steps": 0, "replays": 0, "runs_started": 0, "parked": 0, "woken": 0, "checkpoints": 0,
-                      "signals_dropped": 0}
+                      "signals_dropped": 0, "budget_parks": 0, "recovery_batches": 0}
         #: Spans and metrics (``fusee.runtime.telemetry``); None: off, and each hook costs one test.
         self.telemetry: TelemetryHooks | None = None
 
@@ -158,7 +175,9 @@ class Runtime:
             self.loop.call_soon(self.checkpoint)
         if type(r) is rec.Attributes or type(r) is rec.Start:
             index.on_append(self, r)
-        return self.committer.append(shard, self._encode(r))  # type: ignore[no-any-return]
+        data = self._encode(r)
+        self.last_append_bytes = len(data)
+        return self.committer.append(shard, data)  # type: ignore[no-any-return]
 
     def appended_since_checkpoint(self) -> bool:
         """Whether records were appended since the last checkpoint (else one would change nothing)."""
@@ -308,7 +327,7 @@ class Runtime:
         run = Run(self, st.shard, wdef, machine, st.journal, st.lsns)
         st.run = run
         st.code = self.code_of(st.wtype, st.version)
-        self.loaded_runs += 1
+        budget.counted_in(self, run)
         if len(st.journal) > 1:
             self.stats["replays"] += 1
         if self.telemetry is not None:
@@ -409,7 +428,7 @@ class Runtime:
         st.packed = None
         st.version = wdef.version
         st.code = self.code_of(wdef.name, wdef.version)
-        self.loaded_runs += 1
+        budget.counted_in(self, run)
         self.stats["runs_started"] += 1
         if self.telemetry is not None:
             run.span = self.telemetry.run_begin(run, 0)
@@ -443,7 +462,7 @@ class Runtime:
         st.status = done.status
         st.payload = done.payload
         st.done_lsn = lsn
-        self.loaded_runs -= 1
+        budget.counted_out(self, run)
         self._report_end(st, done.status, done.payload, run)
         run.kill()
         if done.status == rec.Status.CONTINUED:
@@ -984,7 +1003,8 @@ class Runtime:
         return st.journal, st.lsns
 
     def loaded(self, st: WorkflowState) -> Run | None:
-        """The run's code in memory: a parked run is woken (replayed) first. None once it ended."""
+        """The run's code in memory: a parked run is woken (replayed) first, and a run recovery has
+        not loaded yet is loaded now. None once it ended."""
         if st.run is not None:
             return st.run
         if st.status is None and st.packed is not None and st.id not in self.stuck:
@@ -997,6 +1017,8 @@ class Runtime:
             st.packed = None
             self.stats["woken"] += 1
             self._load_run(st)
+        elif st.id in self.to_load:
+            recovery.load_now(self, st)  # recovery had not got to it yet
         return st.run
 
     # --- recovery and parking (see recovery.py and parking.py) ---------------------
@@ -1010,8 +1032,13 @@ class Runtime:
         recovery.load_checkpoint(self, state)
 
     def resume_all(self) -> None:
-        """Replays every loaded unfinished run; redoes what parked and finished ones owe others."""
+        """Replays every loaded unfinished run (in batches of :attr:`load_room`: the first now, the
+        rest in the background); redoes what parked and finished ones owe others."""
         recovery.resume_all(self)
+
+    def set_load_room(self, room: int) -> None:
+        """How many runs recovery loads and replays per batch (at least 1)."""
+        self.load_room = max(1, room)
 
     def checkpoint_state(self) -> bytes:
         """Every workflow's current run, as a checkpoint holds it."""
@@ -1031,6 +1058,14 @@ class Runtime:
             run.workflow_id, run.run_id, name, ordinal, seq, error,
         )
 
+    def parkable(self, run: Run) -> bool:
+        """Whether ``run`` may park now (suspended, nothing of it in flight)."""
+        return parking.parkable(self, run)
+
+    def park(self, st: WorkflowState) -> None:
+        """Parks ``st``'s loaded run (it must be :meth:`parkable`)."""
+        parking.park(self, st)
+
     def park_all(self) -> None:
         """Parks every suspended run (at close: the checkpoint keeps them parked)."""
         parking.park_all(self)
@@ -1046,6 +1081,8 @@ class Runtime:
         for st in self.wf.values():
             st.run = None
             st.waiters = None
+        self.quiet.clear()
+        self.load_queue.clear()
 
     # --- steps ----------------------------------------------------------------------
 

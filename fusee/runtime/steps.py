@@ -277,6 +277,9 @@ class StepRunner:
         entered = CURRENT_STEP.set(partial(self._info, run, seq, call, call.attempt))
         # The attempt's span is the function's current trace context (its tasks and thread inherit it).
         traced = self.telemetry.enter_step(run, seq) if self.telemetry is not None else None
+        # One clock read here and one at its outcome time the attempt (see records.Step).
+        call.began_us = self.rt.env.now_us()
+        call.queued_us = 0
         try:
             if call.is_async:
                 coro = call.fn(*args)
@@ -295,13 +298,13 @@ class StepRunner:
                     # It waits for the engine's loop (engine.run_threadsafe): only a thread
                     # can run it. In the pool from now on, this execution included.
                     self.sync_policy.needs_thread(call.fn)
-                    self.rt.spawn(self._step(run, seq, call, self._in_pool(run, call.fn, args)))
+                    self.rt.spawn(self._step(run, seq, call, self._in_pool(run, call, call.fn, args)))
                     return
                 if _awaitable(value):
                     self._carry(run, seq, call, value)
                     return
             else:
-                self.rt.spawn(self._step(run, seq, call, self._in_pool(run, call.fn, args)))
+                self.rt.spawn(self._step(run, seq, call, self._in_pool(run, call, call.fn, args)))
                 return
         except Exception as e:
             self.rt.spawn(self._step(run, seq, call, e))
@@ -359,15 +362,18 @@ class StepRunner:
         if run.executing.get(seq) is task:
             self._settle(run, seq)
 
-    def _in_pool(self, run: Run, fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+    def _in_pool(self, run: Run, step: StepCall, fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
         """Runs a synchronous function in the step pool, unless a cancel came first.
 
         The pool may hold it back for a while (every thread busy): the check
         happens when a thread takes it, so no execution begins after a cancel.
+        The wait counts as the attempt's queue delay (``step.began_us`` is when
+        it was handed over, and becomes when a thread began it).
         """
 
         context = contextvars.copy_context()  # fusee.step_info() works in the thread too
         clock, observe = self.rt.env.monotonic, self.sync_policy.observe
+        wall = self.rt.env.now_us
         log = self.rt.log
 
         def call() -> Any:
@@ -377,6 +383,10 @@ class StepRunner:
                 raise _NotStarted()
             if not log.may_act() and not sabotage.active.step_ignores_lease_deadline:
                 raise _NotStarted()  # held back past the lease (see may_start): the loop fails the log
+            # Read by the loop's thread once the pool's future is done, which orders the writes.
+            now = wall()
+            step.queued_us += max(0, now - step.began_us)
+            step.began_us = now
             began = clock()
             try:
                 return context.run(fn, *args)
@@ -414,7 +424,12 @@ class StepRunner:
     def _complete(self, run: Run, seq: int, status: rec.Status, payload: bytes) -> None:
         """Journals the step's outcome (delivered before any cancel waiting for it), then settles."""
         self.rt.stats["steps"] += 1
-        run.steps.pop(seq, None)
+        call = run.steps.pop(seq, None)
+        if call is not None and call.began_us:
+            done = jm.StepDone(status, payload, call.began_us, max(0, self.rt.env.now_us() - call.began_us),
+                               call.queued_us)
+        else:
+            done = jm.StepDone(status, payload)
         tel = self.telemetry
         if tel is not None:
             name = status.name.lower()
@@ -423,7 +438,7 @@ class StepRunner:
         if run.machine.owns_streams(seq):
             for end in run.machine.stream_ends(seq, status):
                 run.append(end)  # the result completes the step's streams, just before it
-        if run.machine.complete(seq, jm.StepDone(status, payload)):
+        if run.machine.complete(seq, done):
             run.pump()
         self._settle(run, seq)
 
@@ -447,8 +462,14 @@ class StepRunner:
                     await asyncio.sleep(wait_ms / 1000)
                 if not self.may_start(run, seq):
                     return
-                if call.limit is not None and not await self._permit(run, seq, call):
-                    return
+                ready = env.now_us()
+                if call.limit is not None:
+                    if not await self._permit(run, seq, call):
+                        return
+                    call.began_us = env.now_us()
+                    call.queued_us = max(0, call.began_us - ready)  # a wall clock may step back
+                else:
+                    call.began_us, call.queued_us = ready, 0
                 self._begin(run, seq, asyncio.current_task() if call.is_async else None)
             attempt = call.attempt
             try:
@@ -480,9 +501,12 @@ class StepRunner:
                 # for days must not fill the log; the final failure keeps it.
                 err = codec.encode_error(e, traceback=False)
                 retry = call.retry
+                ended = env.now_us()
+                began, queued = call.began_us, call.queued_us
+                took = max(0, ended - began) if began else 0
                 if retry.should_retry(attempt, e):
                     retry_at = env.now_ms() + retry.delay_ms(attempt, env.rng.random())
-                    r = m.step_retry(seq, retry_at, err)
+                    r = m.step_retry(seq, retry_at, err, began, took, queued)
                     if r is None:
                         self._settle(run, seq)
                         return
@@ -497,7 +521,7 @@ class StepRunner:
                     self._settle(run, seq)
                     continue
                 if retry.pause_when_exhausted and not isinstance(e, retry.non_retryable):
-                    r = m.step_retry(seq, rec.PAUSED, err)
+                    r = m.step_retry(seq, rec.PAUSED, err, began, took, queued)
                     if r is not None:
                         call.not_before = rec.PAUSED
                         run.append(r)
@@ -578,7 +602,7 @@ class StepRunner:
                 self.sync_policy.needs_thread(fn)  # see _start_step
                 inline = False
         if not inline:
-            result = await self._supervise(run, seq, call, self._in_pool(run, fn, args), True)
+            result = await self._supervise(run, seq, call, self._in_pool(run, call, fn, args), True)
         if inspect.isawaitable(result):
             task = asyncio.ensure_future(result)
             if seq in run.executing:

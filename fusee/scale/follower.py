@@ -56,6 +56,7 @@ from fusee.scale import wire
 from fusee.scale.owner import HELD_HERE, dir_key, open_owner
 from fusee.scale.places import DirectoryPlace, Place, WaitingLease
 from fusee.scale.server import dispatch
+from fusee.storage import forks
 
 logger = logging.getLogger("fusee.scale")
 
@@ -175,6 +176,7 @@ class Follower(Engine):
         """A follower of ``place`` (which another engine owns); starts waiting for its lease.
         ``options``: what ``Engine._open`` needs to open the place itself when it takes over."""
         self = object.__new__(cls)
+        self._pid = os.getpid()
         self._place = place
         self._path = place.label
         self._options = options
@@ -213,7 +215,18 @@ class Follower(Engine):
         if place.watch_every is not None:
             self._spawn(self._watch_owner(place.watch_every))
         await self._refresh_quietly()  # without a view, sync reads say so; routed calls work anyway
+        forks.hold(self, Follower._descriptors)
         return self
+
+    def _descriptors(self) -> set[int]:
+        """What a forked child must let go of: the directory's files (the lease waiting on its lock
+        among them) and the socket to the owner (a PostgreSQL lease's connection lets go of itself)."""
+        fds = forks.files_under(self._place.target) if self._key is not None else set()
+        conn = self._conn
+        sock = conn.writer.get_extra_info("socket") if conn is not None else None
+        if sock is not None:
+            fds.add(sock.fileno())
+        return fds
 
     # --- the lease and takeover ---------------------------------------------------------
 
@@ -311,6 +324,7 @@ class Follower(Engine):
     # --- routing --------------------------------------------------------------------------
 
     def _check_open(self) -> None:
+        self._check_process()
         try:
             loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
         except RuntimeError:
@@ -773,6 +787,8 @@ class Follower(Engine):
 
     def run_threadsafe(self, method: Callable[..., Awaitable[Any]], *args: Any, timeout: float | None = None,
                        **kwargs: Any) -> Any:
+        self._check_process()  # in a forked child the loop never runs: it would wait forever
+
         async def call() -> Any:
             return await method(*args, **kwargs)
 
@@ -781,10 +797,15 @@ class Follower(Engine):
     # --- closing --------------------------------------------------------------------------
 
     async def close(self, grace: Any = 10.0) -> None:
-        """Stops following (and, if this process took the directory over, closes it as its owner)."""
+        """Stops following (and, if this process took the directory over, closes it as its owner).
+
+        In a child forked from the process that opened it, raises :class:`fusee.EngineForked`.
+        """
+        self._check_process()
         if self._closed:
             return
         self._closed = True
+        forks.release(self)
         self._stop.set()
         if self._lease is not None and self._local is None:
             self._lease.release()  # once the local engine opened on it, closing that engine releases it

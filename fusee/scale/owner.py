@@ -27,6 +27,11 @@ logger = logging.getLogger("fusee.scale")
 #: open in one process is refused as it always was, instead of following itself.
 HELD_HERE: set[tuple[int, int]] = set()
 
+if hasattr(os, "register_at_fork"):
+    # A forked child holds none of them: the engines it copied refuse every call and it let go of
+    # their descriptors (fusee.storage.forks), so it may open the directory anew, as a follower.
+    os.register_at_fork(after_in_child=HELD_HERE.clear)
+
 
 def dir_key(path: str) -> tuple[int, int] | None:
     try:

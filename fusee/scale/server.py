@@ -223,7 +223,7 @@ class RouteServer:
         self.tcp = tcp
         self._secret = secret
         self.address = ""
-        self._server: asyncio.AbstractServer | None = None
+        self._server: asyncio.Server | None = None
         self._conns: set[asyncio.StreamWriter] = set()
         self._tasks: set[asyncio.Task[None]] = set()
         #: Calls served, for tests and metrics.
@@ -300,6 +300,15 @@ class RouteServer:
         if writer.transport.get_write_buffer_size() > 1 << 20:
             with contextlib.suppress(ConnectionError):
                 await writer.drain()
+
+    def descriptors(self) -> set[int]:
+        """The sockets it listens and serves on (a forked child lets go of them)."""
+        fds = {sock.fileno() for sock in (self._server.sockets if self._server is not None else ())}
+        for writer in list(self._conns):
+            conn = writer.get_extra_info("socket")
+            if conn is not None:
+                fds.add(conn.fileno())
+        return fds
 
     async def close(self) -> None:
         """Stops listening and drops every connection (followers find the next owner)."""

@@ -490,12 +490,34 @@ def check_all(obs: Observed, snap: Snapshot, service_violations: Iterable[str] =
     out += check_refused_signals(obs, snap)
     out += check_results(obs, snap)
     out += check_updates(obs, snap)
+    out += check_step_times(snap)
     if final:
         # A query may answer a state whose update record is durable only later
         # (its step is durable, the handler's result not yet): check once all finished.
         out += check_queries(obs, snap)
         out += check_stuck(snap)
         out += check_children(obs, snap)
+    return out
+
+
+def check_step_times(snap: Snapshot) -> list[str]:
+    """Every timed step attempt in a durable journal ran for a while that is not negative, and
+    attempts of one step ran one after the other (an attempt never begins before the one it
+    retries ended), across crashes and the clock jumps between lives too."""
+    out = []
+    for wid, view in snap.runs.items():
+        last_end: dict[int, tuple[int, int]] = {}
+        for rec in view.journal or ():
+            if not isinstance(rec, (r.Step, r.Attempt)) or not rec.began_us:
+                continue
+            if rec.took_us < 0 or rec.queued_us < 0:
+                out.append(f"{wid}: step {rec.name!r} attempt {rec.attempt} journaled a negative time "
+                           f"(took {rec.took_us} µs, queued {rec.queued_us} µs)")
+            prev = last_end.get(rec.seq)
+            if prev is not None and rec.attempt > prev[0] and rec.began_us - rec.queued_us < prev[1]:
+                out.append(f"{wid}: step {rec.name!r} attempt {rec.attempt} began at {rec.began_us} µs, "
+                           f"before attempt {prev[0]} ended at {prev[1]} µs")
+            last_end[rec.seq] = (rec.attempt, rec.began_us + rec.took_us)
     return out
 
 

@@ -56,6 +56,13 @@ class SimConfig:
     clock_jump_ms: int = 0
     #: Engine knobs, handed to ``Engine.open`` when it accepts them.
     park_after_ms: int | None = None
+    #: ``memory_budget`` (bytes) and ``max_loaded`` (runs): on a third of the seeds, suspended runs
+    #: park at each sweep through them instead of waiting ``park_after_ms`` (None: no bound).
+    memory_budget: int | None = None
+    max_loaded: int | None = None
+    #: Runs recovery loads per batch at each open (``recovery_batch``): small ones make every
+    #: recovery load in batches while the first runs already go on.
+    recovery_batch: int = 1000
     #: Virtual ms between the engine's periodic checkpoints (``checkpoint_interval``).
     checkpoint_interval_ms: int = 100
     #: Records between checkpoints.
@@ -103,6 +110,8 @@ class SimConfig:
         max_step_ms = s.choice([1.0, 5.0, 20.0, 60.0])
         h = random.Random(f"hot-{seed}")
         o = random.Random(f"operate-{seed}")
+        b = random.Random(f"budget-{seed}")
+        pressure = seed % 3 == 1
         mix["approval"] = o.choice([0, 1, 2, 3])
         mix["export"] = o.choice([0, 1, 2, 3])
         mix["resettable"] = o.choice([0, 1, 2, 3])
@@ -136,6 +145,10 @@ class SimConfig:
                         else h.choice(["background", "pipeline"])),
             mix=mix,
             telemetry=random.Random(f"telemetry-{seed}").randrange(3) == 0,
+            # 1 byte parks every suspended run at the next sweep; the others a few runs' worth.
+            memory_budget=b.choice([1, 1, 16 << 10, 64 << 10]) if pressure else None,
+            max_loaded=b.choice([None, 0, 2, 5]) if pressure else None,
+            recovery_batch=b.choice([1, 3, 8, 1000]),
             # By parity, as the original does, so every other knob of a seed keeps its value.
             keep_history=seed % 2 == 0,
         )
@@ -154,6 +167,7 @@ class SimConfig:
             f"close_every_ms={self.close_every_ms} close_grace_ms={self.close_grace_ms} "
             f"inline_sync_steps={self.inline_sync_steps} flush={self.flush_mode} mix={mix}"
             + (" telemetry=on" if self.telemetry else "")
+            + f" memory_budget={self.memory_budget} max_loaded={self.max_loaded} recovery_batch={self.recovery_batch}"
             + ("" if self.keep_history else " keep_history=off")
         )
 
@@ -176,6 +190,9 @@ class SimConfig:
             "checkpoint_every": self.checkpoint_every,
             "segment_bytes": self.segment_bytes,
             "blob_threshold": self.blob_threshold,
+            "memory_budget": self.memory_budget,
+            "max_loaded": self.max_loaded,
+            "recovery_batch": self.recovery_batch,
             "keep_history": self.keep_history,
         }
         if accepted is not None:

@@ -95,6 +95,10 @@ class SimEnv:
         """Wall-clock milliseconds: the fixed epoch plus virtual time (plus any clock jump)."""
         return EPOCH_MS + self._clock_offset_ms + int(self.loop.time() * 1000.0)
 
+    def now_us(self) -> int:
+        """Wall-clock microseconds, on the clock of :meth:`now_ms`."""
+        return (EPOCH_MS + self._clock_offset_ms) * 1000 + int(self.loop.time() * 1_000_000.0)
+
     def monotonic(self) -> float:
         """The loop's virtual time in seconds."""
         return self.loop.time()

@@ -37,6 +37,10 @@ class Report:
     #: Runs the engine replayed from their journal (after a crash or a park).
     replays: int = 0
     parked: int = 0
+    #: Of the parks, those the memory budget or ``max_loaded`` asked for (a third of the seeds).
+    budget_parks: int = 0
+    #: Batches of runs recovery loaded at the opens (more than one per open with a small batch).
+    recovery_batches: int = 0
     #: Checkpoints the engine wrote (by record count or by ``checkpoint_interval_ms``).
     checkpoints: int = 0
     reads_rerun: int = 0
@@ -117,6 +121,8 @@ COVERAGE = (
     "flush_failures",
     "torn_tails",
     "replays",
+    "budget_parks",
+    "recovery_batches",
     "checkpoints",
     "reads_rerun",
     "transient_failures",

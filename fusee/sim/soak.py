@@ -131,6 +131,7 @@ KNOB_VALUES: dict[str, tuple[Any, ...]] = {
     "blob_threshold": (256 << 10, 64, 512),
     "telemetry": (True, False),
     "codec": (True, False),
+    "memory_pressure": (True, False),
 }
 
 
@@ -177,6 +178,8 @@ def knob_counts(cfg: Any) -> Iterator[tuple[str, str, int]]:
     yield ("knob", f"blob_threshold={cfg.blob_threshold}", 1)
     yield ("knob", f"telemetry={cfg.telemetry}", 1)
     yield ("knob", f"codec={cfg.seed % 3 == 1}", 1)
+    if hasattr(cfg, "memory_budget"):
+        yield ("knob", f"memory_pressure={cfg.memory_budget is not None or cfg.max_loaded is not None}", 1)
 
 
 def run_chunk(seeds: list[int], switches: dict[str, bool] | None = None) -> dict[str, Any]:

@@ -1255,7 +1255,7 @@ class World:
         if callable(stats):
             stats = stats()
         if isinstance(stats, dict):
-            for name in ("replays", "parked", "checkpoints", "signals_dropped"):
+            for name in ("replays", "parked", "checkpoints", "signals_dropped", "budget_parks", "recovery_batches"):
                 value = stats.get(name, 0)
                 if isinstance(value, int):
                     setattr(self.report, name, getattr(self.report, name) + value)

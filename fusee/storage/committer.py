@@ -113,6 +113,8 @@ class GroupCommitter:
         # Schedules a call after a delay and returns its cancel (the loop's timer by default).
         self._hold_timer = hold_timer if hold_timer is not None else self._loop_timer
         self._hold_cancel: Callable[[], None] | None = None
+        #: When the current hold began (this committer's clock).
+        self._held_at = 0.0
         self._clock = clock
         # Runs an inline flush's blocking part on the loop's thread (the simulator passes time there).
         self._run_inline = run_inline
@@ -209,8 +211,14 @@ class GroupCommitter:
         job = self._inflight
         if job is not None and job.done:
             self._finish_inflight(job)
-        if (self._inflight is None and not self.producers and not self._closed
+        # Producers still out are waited for one flush time at most: step functions lent the
+        # loop back to back would otherwise keep the hold's timer from ever firing.
+        waited_enough = self._hold_futile or (
+            self._hold_cancel is not None and self._clock() - self._held_at >= self.hold_s)
+        if (self._inflight is None and (not self.producers or waited_enough) and not self._closed
                 and self.log.failed is None and self.log.has_pending()):
+            if self.producers:
+                self._hold_ran_out_early()
             self._launch()
 
     def checkpoint(self, state: bytes, covers: Sequence[int] | None = None) -> None:
@@ -351,6 +359,7 @@ class GroupCommitter:
             # Records are about to come (executions in flight): wait for them, one flush time at most.
             self._start_scheduled = True
             self.holds += 1
+            self._held_at = self._clock()
             self._hold_cancel = self._hold_timer(self.hold_s, self._hold_ran_out)
             return
         if self._inline and not self.producers and self._loop_idle():
@@ -363,6 +372,12 @@ class GroupCommitter:
         self.holds_expired += 1
         self._hold_futile = True
         self._start()
+
+    def _hold_ran_out_early(self) -> None:
+        # As the hold's timer would have: the producers are slow, the flush goes without them.
+        if self._hold_cancel is not None:
+            self.holds_expired += 1
+        self._hold_futile = True
 
     def _end_hold(self) -> None:
         cancel, self._hold_cancel = self._hold_cancel, None

@@ -19,14 +19,18 @@ from urllib.parse import parse_qsl, quote, urlencode
 
 import jinja2
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
+from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
 import fusee
+from fusee import codec
+from fusee.core import records as rec
 from fusee.engine import visibility
 from fusee.errors import FuseeError, InvalidQuery, NotFound
-from fusee.ui import flow, present, svg, timeline
+from fusee.http import sse
+from fusee.http.auth import check_secret, user_of
+from fusee.ui import flow, objects, present, svg, timeline
 from fusee.ui.csrf import FIELD as CSRF_FIELD
 from fusee.ui.csrf import CsrfGuard
 from fusee.ui.sampler import Sampler
@@ -38,6 +42,8 @@ PAGE = 50
 MAX_EVENTS = 2000
 #: Who the journal's audit names for actions taken in the UI.
 BY = "web-ui"
+#: Workflow names the engine runs for itself (objects, schedules, windows): not started by hand.
+INTERNAL_PREFIXES = ("fusee.", "fusee:")
 #: How long a stream follower waits for a chunk before it sends a keep-alive (seconds).
 STREAM_WAIT = 5.0
 #: How long one stream response lasts (seconds): the browser reconnects from the last
@@ -51,8 +57,11 @@ _FORM = "fusee.ui.form"
 STATUS_ORDER = ("running", "retrying", "paused", "stuck", "ok", "failed", "cancelled", "terminated", "timed_out", "continued")
 #: The pages of the navigation; None: not available in this version.
 NAV: tuple[tuple[str, str | None], ...] = (
-    ("Runs", "/"), ("Metrics", "/metrics"), ("Schedules", "/schedules"), ("Limits", "/limits"))
+    ("Runs", "/"), ("Metrics", "/metrics"), ("Schedules", "/schedules"), ("Limits", "/limits"),
+    ("Objects", "/objects"))
 FLASH = {
+    "start": "Run started: its start is durable.",
+    "fork": "Fork started: a new run from the original's journal before the cut (the original goes on).",
     "signal": "Signal sent: it is durable in the run's journal.",
     "cancel": "Cancellation requested: the run's pending operations raise Cancelled.",
     "terminate": "Run terminated.",
@@ -74,15 +83,44 @@ async def on_engine(engine: fusee.Engine, fn: Callable[..., Any], *args: Any, **
     return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(call(), loop))
 
 
+def _cut(form: dict[str, str]) -> dict[str, Any]:
+    """Where a reset or fork cuts the journal (a step's name, or an operation's position) and
+    whether signals after the cut come again, from its dialog's fields."""
+    step = str(form.get("step", "")).strip()
+    position = str(form.get("position", "")).strip()
+    # A form without the box says nothing of signals (they come again); with it, unticked drops them.
+    reapply = "reapply_signals" in form or "signals_choice" not in form
+    if position:
+        try:
+            return {"before_position": int(position), "reapply_signals": reapply}
+        except ValueError:
+            raise ValueError(f"the position must be an operation's number, got {position!r}") from None
+    if not step:
+        raise ValueError("choose where to cut: before a step, or before an operation's position")
+    return {"before_step": step, "reapply_signals": reapply}
+
+
+def _internal_page(wid: str, workflow: str) -> tuple[str, str] | None:
+    """Where a person acts on what an internal run holds: (label, path under the UI)."""
+    from fusee.flow import schedules
+
+    if workflow.startswith(schedules.PREFIX):
+        return "the Schedules page", "/schedules"
+    name, sep, key = wid[1:].partition("/")
+    if wid.startswith("@") and sep:
+        return f"the state page of {name} {key}", f"/objects/{quote(name, safe='')}/{quote(key, safe='')}"
+    return None
+
+
 def _lit(text: str) -> str:
     """``text`` as a literal of the where language."""
     return "'" + text.replace("'", "''") + "'"
 
 
 class _UI:
-    def __init__(self, engine: fusee.Engine) -> None:
+    def __init__(self, engine: fusee.Engine, secret: bytes | None = None) -> None:
         self.engine = engine
-        self.csrf = CsrfGuard()
+        self.csrf = CsrfGuard(secret)
         self.sampler = Sampler()
         self.env = jinja2.Environment(
             loader=jinja2.FileSystemLoader(HERE / "templates"),
@@ -113,14 +151,14 @@ class _UI:
     def render(self, request: Request, name: str, status_code: int = 200, **ctx: Any) -> HTMLResponse:
         base = request.scope.get("root_path", "").rstrip("/")
         html = self.env.get_template(name).render(
-            base=base, csrf=self.csrf.token, path=request.url.path, **ctx)
+            base=base, csrf=self.csrf.token(request), path=request.url.path, **ctx)
         return HTMLResponse(html, status_code=status_code, headers={"Cache-Control": "no-store"})
 
     def fragment(self, request: Request, name: str, **ctx: Any) -> tuple[str, str]:
         """A live region's HTML and its version: the page's script swaps it only when that changed."""
         base = request.scope.get("root_path", "").rstrip("/")
         html = self.env.get_template(name).render(
-            base=base, csrf=self.csrf.token, path=request.url.path, **ctx)
+            base=base, csrf=self.csrf.token(request), path=request.url.path, **ctx)
         return html, hashlib.blake2b(html.encode(), digest_size=8).hexdigest()
 
     def fragment_response(self, request: Request, name: str, **ctx: Any) -> HTMLResponse:
@@ -205,7 +243,8 @@ class _UI:
 
     # --- pages -------------------------------------------------------------------
 
-    async def runs(self, request: Request) -> Response:
+    async def runs(self, request: Request, start_error: str | None = None, typed: dict[str, str] | None = None,
+                   status_code: int | None = None) -> Response:
         ctx = await self.page(request)
         counts = await self.counts()
         workflows = sorted({s.workflow for s in ctx["runs"]} | ({ctx["filters"]["workflow"]} - {""}))
@@ -213,7 +252,48 @@ class _UI:
         return self.render(request, "runs.html", workflows=workflows, statuses=STATUS_ORDER, **ctx,
                            live_counts=self.fragment(request, "_counts.html", counts=links),
                            live_rows=self.fragment(request, "_rows.html", **ctx),
-                           status_code=400 if ctx["error"] else 200)
+                           startable=self.startable(), start_error=start_error, typed=typed or {},
+                           status_code=status_code or (400 if ctx["error"] else 200))
+
+    def startable(self) -> list[tuple[str, str]]:
+        """The workflows a person may start here (not the engine's internal ones), with their input type."""
+        out = []
+        for name, wdef in sorted(self.engine._rt.workflows.items()):
+            if name.startswith(INTERNAL_PREFIXES) or wdef.window is not None:
+                continue
+            hint = present.type_name(wdef.input_type) if wdef.takes_input else "no input"
+            out.append((name, hint))
+        return out
+
+    async def start(self, request: Request) -> Response:
+        """Starts a run from the runs page's form (workflow, ID, input as JSON), then shows it."""
+        try:
+            form = await self.form(request)
+        except ValueError as e:
+            return self.render(request, "error.html", status_code=413, title="Refused", message=str(e))
+        refusal = self.csrf.refusal(request, form.get(CSRF_FIELD))
+        if refusal is not None:
+            return self.render(request, "error.html", status_code=403, title="Refused", message=refusal)
+        typed = {k: str(form.get(k, "")) for k in ("workflow", "workflow_id", "input")}
+        wid = typed["workflow_id"].strip()
+        try:
+            if typed["workflow"] not in dict(self.startable()):
+                raise ValueError(f"choose a workflow to start ({', '.join(n for n, _ in self.startable())})")
+            if not wid:
+                raise ValueError("the run needs a workflow ID: one the engine has not run yet, such as order-42")
+            raw = typed["input"].strip()
+            try:
+                value = json.loads(raw) if raw else None
+            except ValueError as e:
+                raise ValueError(f"the input is not JSON ({e}): write 42, \"text\", {{\"k\": 1}} or leave it "
+                                 "empty for none") from None
+            await on_engine(self.engine, self.engine.start, typed["workflow"], wid, value)
+        except (FuseeError, ValueError, TypeError) as e:
+            status = 409 if type(e).__name__ == "AlreadyExists" else 400
+            return await self.runs(request, start_error=f"start refused, nothing started: {e}", typed=typed,
+                                   status_code=status)
+        base = request.scope.get("root_path", "").rstrip("/")
+        return RedirectResponse(f"{base}/runs/{quote(wid, safe='')}?done=start", status_code=303)
 
     async def runs_rows(self, request: Request) -> Response:
         return self.fragment_response(request, "_rows.html", **await self.page(request))
@@ -225,9 +305,15 @@ class _UI:
         summary = await on_engine(self.engine, self.engine.describe, wid)
         journal = await on_engine(self.engine, self.engine.journal, wid)
         tl = timeline.build(journal)
-        return {"wid": wid, "s": summary, "tl": tl}
+        internal = summary.workflow.startswith(INTERNAL_PREFIXES)
+        start = next((r for r in journal if isinstance(r, rec.Start)), None)
+        input_json = present.payload_json(start.input) if start is not None else ""
+        return {"wid": wid, "s": summary, "tl": tl, "internal": internal, "input_json": input_json,
+                "startable_here": summary.workflow in dict(self.startable()),
+                "internal_page": _internal_page(wid, summary.workflow) if internal else None}
 
-    async def run(self, request: Request, error: str | None = None, status_code: int = 200) -> Response:
+    async def run(self, request: Request, error: str | None = None, status_code: int = 200,
+                  answer: dict[str, str] | None = None) -> Response:
         wid = request.path_params["wid"]
         try:
             ctx = await self.run_context(wid)
@@ -237,7 +323,7 @@ class _UI:
         done = request.query_params.get("done", "")
         live = self.fragment(request, "_run_live.html", svg=svg.timeline(ctx["tl"], base + "/runs/"), **ctx)
         return self.render(request, "run.html", status_code=status_code, error=error,
-                           flash=FLASH.get(done), live=live, **ctx)
+                           flash=FLASH.get(done), live=live, answer=answer, **ctx)
 
     async def run_live(self, request: Request) -> Response:
         wid = request.path_params["wid"]
@@ -261,30 +347,30 @@ class _UI:
             return Response("offset must be a whole number >= 0", 400, media_type="text/plain")
         engine = self.engine
 
-        async def events() -> AsyncIterator[str]:
+        async def events() -> AsyncIterator[sse.Event]:
             at = offset
             loop = asyncio.get_running_loop()
             until = loop.time() + STREAM_SPAN
-            yield "retry: 1000\n\n"
+            yield sse.event(retry=1000)
             while loop.time() < until:
                 try:
                     chunks, at, ended = await on_engine(
                         engine, engine.read_stream_batch, wid, name, at, wait=STREAM_WAIT)
                 except FuseeError as e:
-                    yield f"event: failure\ndata: {json.dumps(str(e))}\n\n"
+                    yield sse.event(json.dumps(str(e)), event="failure")
                     return
                 for chunk in chunks:
-                    yield f"data: {json.dumps(chunk, default=str, ensure_ascii=False)}\n\n"
+                    yield sse.event(json.dumps(chunk, default=str, ensure_ascii=False))
                 if chunks:
-                    yield f"id: {at}\n\n"
+                    yield sse.event(id=str(at))
                 if ended:
-                    yield "event: end\ndata: {}\n\n"
+                    yield sse.event("{}", event="end")
                     return
                 if not chunks:
-                    yield ": waiting\n\n"
+                    yield sse.event(comment="waiting")
 
-        return StreamingResponse(events(), media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
+        # sse-starlette: the event encoding, client disconnects and the server's shutdown.
+        return sse.response(events())
 
     async def action(self, request: Request) -> Response:
         wid = request.path_params["wid"]
@@ -297,6 +383,14 @@ class _UI:
         if refusal is not None:
             return self.render(request, "error.html", status_code=403, title="Refused", message=refusal)
         engine = self.engine
+        by = user_of(request.scope) or BY
+        try:
+            kind = (await on_engine(engine, engine.describe, wid)).workflow
+        except FuseeError as e:
+            return await self.run(request, error=f"{what} refused: {e}", status_code=404)
+        if kind.startswith(INTERNAL_PREFIXES):
+            return await self.run(request, error=f"{what} refused: the engine runs {wid!r} itself (it holds a "
+                                  "schedule's or an object's state); act on it from its own page", status_code=409)
         try:
             if what == "signal":
                 name = str(form.get("name", "")).strip()
@@ -308,36 +402,64 @@ class _UI:
                 except ValueError as e:
                     raise ValueError(f"the signal's value is not JSON ({e}): write 42, \"text\", "
                                      "true, {\"k\": 1} or leave it empty for null") from None
-                await on_engine(engine, engine.signal, wid, fusee.SignalDef(name), value, by=BY)  # by name: checked
+                await on_engine(engine, engine.signal, wid, fusee.SignalDef(name), value, by=by)  # by name: checked
             elif what == "cancel":
-                await on_engine(engine, engine.cancel, wid, str(form.get("reason", "")), by=BY)
+                await on_engine(engine, engine.cancel, wid, str(form.get("reason", "")), by=by)
             elif what == "terminate":
-                await on_engine(engine, engine.terminate, wid, str(form.get("reason", "")), by=BY)
+                await on_engine(engine, engine.terminate, wid, str(form.get("reason", "")), by=by)
             elif what == "resume":
-                if not await on_engine(engine, self.resume, wid):
+                if not await on_engine(engine, self.resume, wid, by):
                     return await self.run(request, error=f"resume refused: run {wid!r} has no paused step to "
                                           "resume (resume is for steps whose retries ran out)", status_code=409)
-            elif what == "reset":
-                step = str(form.get("step", "")).strip()
-                if not step:
-                    raise ValueError("choose the step to reset to: the run continues from before it")
-                await on_engine(engine, engine.reset, wid, before_step=step, by=BY)
+            elif what in ("query", "update"):
+                name = str(form.get("name", "")).strip()
+                if not name:
+                    raise ValueError(f"the {what} needs the name its handler was registered with")
+                raw = str(form.get("arg", "")).strip()
+                try:
+                    arg = json.loads(raw) if raw else None
+                except ValueError as e:
+                    raise ValueError(f"the argument is not JSON ({e}): write 42, \"text\", {{\"k\": 1}} or "
+                                     "leave it empty for none") from None
+                if what == "query":
+                    result = await on_engine(engine, engine.query, wid, fusee.query(name), arg)
+                else:
+                    try:
+                        result = await on_engine(engine, engine.update, wid, fusee.update(name), arg)
+                    except (FuseeError, ValueError, TypeError):
+                        raise
+                    except Exception as e:  # the workflow's validator refused it: nothing was recorded
+                        raise ValueError(f"the update was rejected: {str(e) or type(e).__name__}") from None
+                shown = present.payload_json(codec.encode(result)) or "null"
+                return await self.run(request, answer={"what": what, "name": name, "value": shown})
+            elif what in ("reset", "fork"):
+                cut = _cut(form)
+                if what == "reset":
+                    await on_engine(engine, engine.reset, wid, **cut, by=by)
+                else:
+                    new_id = str(form.get("new_id", "")).strip()
+                    if not new_id:
+                        raise ValueError("the fork needs a workflow ID of its own, one the engine has not run yet")
+                    await on_engine(engine, engine.fork, wid, new_id, **cut, by=by)
+                    base = request.scope.get("root_path", "").rstrip("/")
+                    return RedirectResponse(f"{base}/runs/{quote(new_id, safe='')}?done=fork", status_code=303)
             else:
                 return self.render(request, "error.html", status_code=404, title="Unknown action",
-                                   message=f"no action {what!r}: signal, cancel, terminate, resume or reset")
+                                   message=f"no action {what!r}: signal, query, update, cancel, terminate, resume, "
+                                   "reset or fork")
         except (FuseeError, ValueError, TypeError) as e:
             return await self.run(request, error=f"{what} refused: {e}", status_code=400)
         base = request.scope.get("root_path", "").rstrip("/")
         return RedirectResponse(f"{base}/runs/{quote(wid, safe='')}?done={what}", status_code=303)
 
-    async def resume(self, wid: str) -> bool:
+    async def resume(self, wid: str, by: str) -> bool:
         """Resumes ``wid``'s paused steps; False (nothing done) when none is paused. Checked and
         resumed in one turn of the engine's loop."""
         s = self.engine.describe(wid)
         # (A follower's view may lag its owner's: it leaves the answer to the owner.)
         if s.ended_at is None and not s.paused_steps and self.engine.is_owner:
             return False
-        await self.engine.resume(wid, by=BY)
+        await self.engine.resume(wid, by=by)
         return True
 
     async def metrics(self, request: Request) -> Response:
@@ -364,18 +486,23 @@ class _UI:
         return {"m": m, "charts": charts, "counts": counts}
 
 
-def routes(engine: fusee.Engine) -> list[BaseRoute]:
+def routes(engine: fusee.Engine, *, secret: bytes | str | None = None) -> list[BaseRoute]:
     """The web UI's routes, to mount under a prefix: ``Mount("/ui", routes=fusee.ui.routes(engine))``.
 
     Pages: the runs list (filters, ``where`` search, live counts by status),
     a run (summary, journal timeline, live streams, actions behind a
     confirmation), metrics (charts), schedules (pause, unpause, trigger,
     delete) and step limits (resize). Actions are POST forms checked for a
-    per-process CSRF token and a same-origin ``Origin``; they are journaled with
-    ``by="web-ui"``. The routes add no authentication: serve them on loopback
-    or behind the app's own (see docs/operations.md).
+    signed CSRF token (handed to the person the page was served to, taken for
+    12 hours; signed with ``secret``, which every worker of one server shares
+    so that a page served by one acts through another and across restarts;
+    without it, a key per process) and a same-origin ``Origin``; they are journaled with
+    ``by=`` the signed-in person's name (``fusee.http.app``'s ``tokens`` or
+    ``authenticate``), else ``"web-ui"``. The routes add no authentication of
+    their own: serve them on loopback or behind the app's (see
+    docs/operations.md).
     """
-    ui = _UI(engine)
+    ui = _UI(engine, check_secret(secret))
     guard = ui.guard
     return [
         Route("/", guard(ui.runs), name="ui-runs"),
@@ -384,9 +511,11 @@ def routes(engine: fusee.Engine) -> list[BaseRoute]:
         Route("/fragments/metrics", guard(ui.metrics_live)),
         Route("/metrics", guard(ui.metrics), name="ui-metrics"),
         *flow.routes(ui),
+        *objects.routes(ui),
         Route("/runs/{wid:path}", guard(ui.run), name="ui-run"),
         Route("/live/{wid:path}", guard(ui.run_live)),
         Route("/stream/{wid:path}", guard(ui.stream)),
         Route("/action/{action}/{wid:path}", guard(ui.action), methods=["POST"]),
+        Route("/start", guard(ui.start), methods=["POST"]),
         Mount("/static", app=StaticFiles(directory=HERE / "static"), name="ui-static"),
     ]

@@ -1,7 +1,7 @@
 """The web UI's Schedules and Limits pages (``engine.schedules()``, ``engine.limits()``).
 
 Actions are POST forms behind a confirmation dialog, checked like the run
-actions (the per-process CSRF token and a same-origin ``Origin``); a refused
+actions (the signed CSRF token and a same-origin ``Origin``); a refused
 request calls nothing on the engine.
 """
 
@@ -22,11 +22,13 @@ if TYPE_CHECKING:
 
 #: Scheduled runs listed per schedule (the newest).
 LAST_RUNS = 5
-SCHEDULE_ACTIONS = ("pause", "unpause", "trigger", "delete")
+SCHEDULE_ACTIONS = ("pause", "unpause", "trigger", "backfill", "delete")
 FLASH = {
     "pause": "Schedule paused: it starts no run until unpaused (running ones go on).",
     "unpause": "Schedule unpaused: it starts runs again from its next time.",
     "trigger": "Run started now, under the schedule's overlap policy.",
+    "backfill": "Backfill recorded: the range's scheduled times run one after another (all at once with "
+                "allow_all); a time that already ran is not run again.",
     "delete": "Schedule deleted: its runs go on; the ID may be scheduled again.",
     "resize": "Limit resized (in memory: the application's next Engine.open sets its own).",
 }
@@ -92,12 +94,21 @@ class FlowPages:
         if refused is not None:
             return refused
         act = {"pause": self.engine.pause_schedule, "unpause": self.engine.unpause_schedule,
-               "trigger": self.engine.trigger_schedule, "delete": self.engine.delete_schedule}.get(what)
+               "trigger": self.engine.trigger_schedule, "backfill": self.engine.backfill_schedule,
+               "delete": self.engine.delete_schedule}.get(what)
         if act is None:
             return self.ui.render(request, "error.html", status_code=404, title="Unknown action",
                                   message=f"no schedule action {what!r}: {', '.join(SCHEDULE_ACTIONS)}")
         try:
-            await self.call(act, sid)
+            if what == "backfill":
+                form = await self.ui.form(request)  # read already: the fields are kept
+                start, end = _utc(form.get("start", ""), "start"), _utc(form.get("end", ""), "end")
+                if not start < end:
+                    raise ValueError(f"the range is empty: the end ({end:%Y-%m-%d %H:%M}) must come after the "
+                                     f"start ({start:%Y-%m-%d %H:%M})")
+                await self.call(act, sid, start, end)
+            else:
+                await self.call(act, sid)
         except NotFound as e:
             return await self.schedules(request, error=f"{what} refused: {e}", status_code=404)
         except (FuseeError, ValueError, TypeError) as e:
@@ -139,6 +150,18 @@ class FlowPages:
         if refusal is not None:
             return self.ui.render(request, "error.html", status_code=403, title="Refused", message=refusal)
         return None
+
+
+def _utc(text: str, what: str) -> datetime.datetime:
+    """A form's date and time (``2026-11-30T02:00``, as a datetime-local input sends it), in UTC."""
+    text = text.strip()
+    try:
+        when = datetime.datetime.fromisoformat(text)
+    except ValueError:
+        raise ValueError(f"the {what} must be a date and time such as 2026-11-30T02:00 (UTC), got {text!r}") from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=datetime.UTC)
+    return when
 
 
 def _bound(text: str, what: str, kind: type) -> Any:

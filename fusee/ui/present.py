@@ -35,6 +35,13 @@ def payload_text(data: bytes, limit: int | None = SHORT) -> str:
     return clip(text, limit)
 
 
+def payload_json(data: bytes) -> str:
+    """A journaled payload as indented JSON a form can take back (empty for none)."""
+    if not data:
+        return ""
+    return json.dumps(value_of(data), ensure_ascii=False, indent=2)
+
+
 def error_text(data: bytes, limit: int | None = SHORT) -> str:
     """A journaled error as ``Type: message`` (a payload that is not an error shows as text)."""
     try:
@@ -74,6 +81,10 @@ def duration(ms: float | None) -> str:
     """A duration in the unit that reads best: ``850 ms``, ``12.4 s``, ``3 min 5 s``, ``2 h 10 min``."""
     if ms is None:
         return ""
+    if ms < 1:
+        return f"{ms * 1000:.0f} µs"
+    if ms < 10:
+        return f"{ms:.1f} ms"
     if ms < 1000:
         return f"{ms:.0f} ms"
     s = ms / 1000
@@ -89,3 +100,10 @@ def duration(ms: float | None) -> str:
 def attributes_text(attrs: dict[str, Any]) -> str:
     """Search attributes as ``key=value`` pairs."""
     return ", ".join(f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in attrs.items())
+
+
+def type_name(tp: Any) -> str:
+    """A type as a person reads it: ``str``, ``dict[str, int]``, ``Order``."""
+    if isinstance(tp, type) and not getattr(tp, "__args__", None):
+        return tp.__name__
+    return str(tp).replace("typing.", "")

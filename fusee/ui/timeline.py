@@ -1,9 +1,14 @@
 """A run's journal as a timeline: its operations as lanes, what came from outside as marks.
 
-The journal records the order of events, not the wall-clock time of each
-(only a run's start and end, timers' due times and retries' due times are
-timed), so the timeline's axis is the journal's order: column ``i`` is the
-``i``-th record. An operation's bar runs from when the code issued it to its
+Step attempts journal when they began, how long they ran and how long they
+queued; sleeps and waits when they began; the run its start and end. With
+those the run page draws a waterfall on a time axis (``Operation.began_ms``,
+``ended_ms`` and one ``Span`` per attempt): what the journal does not time
+(a wait's end, a signal's arrival) is placed at the nearest time journaled
+around it (``_place_in_time``).
+
+A journal written before step times records the order of events only, so its
+timeline's axis is the journal's order: column ``i`` is the ``i``-th record. An operation's bar runs from when the code issued it to its
 outcome record. When it was issued is not journaled for a step that
 succeeded first time (its only record is its outcome), so it is inferred:
 operations are issued in position order, each no earlier than the one before
@@ -19,7 +24,12 @@ from __future__ import annotations
 import dataclasses
 
 from fusee.core import records as rec
+from fusee.flow import schedules, windows
 from fusee.ui import present
+
+#: Signals the engine's own runs wait for with a timeout and never send: such a wait is a
+#: timer (its timeout is the normal end), not a wait that timed out.
+TIMER_SIGNALS = frozenset({schedules.TIMER.name, windows.TIMER.name})
 
 #: How the lanes of the kinds of operations are labelled.
 KIND_LABEL = {
@@ -45,6 +55,24 @@ class AttemptMark:
 
 
 @dataclasses.dataclass
+class Span:
+    """One attempt of a step on the time axis (engine clock, epoch milliseconds)."""
+
+    attempt: int
+    #: "ok", "failed", "cancelled", "timed_out", "retried" or "paused".
+    status: str
+    began_ms: float
+    ended_ms: float
+    #: How long it waited for a permit or a pool thread before ``began_ms``.
+    queued_ms: float
+    error: str = ""
+
+    @property
+    def took_ms(self) -> float:
+        return self.ended_ms - self.began_ms
+
+
+@dataclasses.dataclass
 class Operation:
     """One operation the run's code issued (a lane of the timeline)."""
 
@@ -67,6 +95,12 @@ class Operation:
     due: str = ""
     #: Journal index after which the code issued it (inferred, see the module's doc).
     issued: int = 0
+    #: When it began and ended on the engine's clock (epoch ms), journaled or placed (None: unknown,
+    #: or not ended).
+    began_ms: float | None = None
+    ended_ms: float | None = None
+    #: A step's timed attempts, one bar each.
+    spans: list[Span] = dataclasses.field(default_factory=list)
 
     @property
     def label(self) -> str:
@@ -114,6 +148,10 @@ class Timeline:
     streams: list[str] = dataclasses.field(default_factory=list)
     #: Names of the steps a reset may cut before, in journal order.
     step_names: list[str] = dataclasses.field(default_factory=list)
+    #: The journal times its operations (written since step times): draw it on a time axis.
+    timed: bool = False
+    #: Each record's place on the time axis (epoch ms), when ``timed``.
+    times: list[float] = dataclasses.field(default_factory=list)
 
     @property
     def awaited(self) -> list[str]:
@@ -139,6 +177,9 @@ def build(journal: list[rec.Record]) -> Timeline:
     marks: list[Mark] = []
     events: list[Event] = []
     tl = Timeline(len(journal), [], marks, events)
+    # Times the journal gives, by record index (epoch ms), and each sleep's due time by position.
+    known: dict[int, float] = {}
+    fire_at: dict[int, int] = {}
     # The first and last journal index of every position (operations and values alike).
     span: dict[int, list[int]] = {}
     streams: dict[str, None] = {}
@@ -159,6 +200,7 @@ def build(journal: list[rec.Record]) -> Timeline:
         summary, detail, css = kind, "", ""
         if isinstance(r, rec.Start):
             tl.started_ms = r.started_ms
+            known[i] = r.started_ms
             tl.input = present.payload_text(r.input, None)
             if r.parent is not None:
                 tl.parent = r.parent.id
@@ -171,6 +213,10 @@ def build(journal: list[rec.Record]) -> Timeline:
             o.end, o.status = i, _status(r.status)
             o.outcome = (present.payload_text(r.payload) if r.status == rec.Status.OK
                          else present.error_text(r.payload))
+            if r.began_us:
+                o.spans.append(Span(r.attempt, o.status, r.began_us / 1000, (r.began_us + r.took_us) / 1000,
+                                    r.queued_us / 1000, "" if r.status == rec.Status.OK else o.outcome))
+                known[i] = (r.began_us + r.took_us) / 1000
             step_names[r.name] = None
             summary = f"step {r.name} {o.status} (attempt {r.attempt})"
             detail = o.outcome
@@ -181,6 +227,10 @@ def build(journal: list[rec.Record]) -> Timeline:
             err = present.error_text(r.error)
             o.attempts.append(AttemptMark(i, r.attempt, err, "" if paused else present.when(r.retry_at_ms), paused))
             o.status = "paused" if paused else "retrying"
+            if r.began_us:
+                o.spans.append(Span(r.attempt, "paused" if paused else "retried", r.began_us / 1000,
+                                    (r.began_us + r.took_us) / 1000, r.queued_us / 1000, err))
+                known[i] = (r.began_us + r.took_us) / 1000
             step_names[r.name] = None
             summary = f"step {r.name} attempt {r.attempt} failed"
             detail = err + (" — retries ran out: paused until resumed" if paused
@@ -194,16 +244,39 @@ def build(journal: list[rec.Record]) -> Timeline:
         elif isinstance(r, rec.Timer):
             o = op(r.seq, "sleep", r.name, i)
             o.due = present.when(r.fire_at_ms)
+            fire_at[r.seq] = r.fire_at_ms
+            if r.began_ms:
+                o.began_ms = known[i] = r.began_ms
             summary = f"sleep {r.name} until {o.due}"
         elif isinstance(r, rec.Fired):
             if r.seq in ops:
                 o = ops[r.seq]
                 o.end, o.status = i, "ok"
                 summary = f"timer {o.name} fired"
+                if r.seq in fire_at and o.began_ms is not None:
+                    known[i] = fire_at[r.seq]
+        elif isinstance(r, rec.Wait) and r.name in TIMER_SIGNALS:
+            o = op(r.seq, "sleep", "timer", i)
+            o.due = present.when(r.deadline_ms) if r.deadline_ms else ""
+            if r.deadline_ms:
+                fire_at[r.seq] = r.deadline_ms
+            if r.began_ms:
+                o.began_ms = known[i] = r.began_ms
+            summary = f"timer until {o.due}"
         elif isinstance(r, rec.Wait):
             o = op(r.seq, "wait", r.name, i)
             o.due = present.when(r.deadline_ms) if r.deadline_ms else ""
+            if r.began_ms:
+                o.began_ms = known[i] = r.began_ms
             summary = f"wait for signal {r.name}" + (f" until {o.due}" if o.due else "")
+        elif isinstance(r, rec.Waited) and r.seq in ops and ops[r.seq].kind == "sleep":
+            o = ops[r.seq]
+            o.end = i
+            fired = r.outcome == rec.WaitOutcome.TIMED_OUT
+            o.status = "ok" if fired else "abandoned"
+            if fired and r.seq in fire_at and o.began_ms is not None:
+                known[i] = fire_at[r.seq]
+            summary = "timer fired" if fired else "timer cut short (a control request came first)"
         elif isinstance(r, rec.Waited):
             if r.seq in ops:
                 o = ops[r.seq]
@@ -249,6 +322,7 @@ def build(journal: list[rec.Record]) -> Timeline:
             detail, css = reason, "mark"
         elif isinstance(r, rec.Done):
             tl.ended_ms = r.finished_ms
+            known[i] = r.finished_ms
             tl.outcome_status = _status(r.status)
             if r.status in (rec.Status.OK, rec.Status.CONTINUED):
                 tl.outcome = present.payload_text(r.payload, None)
@@ -302,11 +376,49 @@ def build(journal: list[rec.Record]) -> Timeline:
     tl.operations = sorted(ops.values(), key=lambda o: o.seq)
     tl.streams = list(streams)
     tl.step_names = list(step_names)
+    tl.timed = any(o.spans or o.began_ms is not None for o in tl.operations)
+    if tl.timed:
+        _place_in_time(tl, known, fire_at)
     if tl.ended_ms is not None:
         for o in tl.operations:
             if o.end is None and o.status in ("running", "retrying"):
                 o.status = "abandoned"  # the run ended around it
     return tl
+
+
+def _place_in_time(tl: Timeline, known: dict[int, float], fire_at: dict[int, int]) -> None:
+    """Gives every record and operation a place on the time axis.
+
+    A record the journal does not time takes the latest time journaled at or
+    before it (a signal arrived after what came before it); an end it does not
+    time takes the earliest journaled at or after it (the code went on at once:
+    a wait's end is when the next step began). Steps begin when their first
+    attempt began queueing, sleeps end when they were due.
+    """
+    n = tl.length
+    before: list[float] = [0.0] * n
+    after: list[float | None] = [None] * n
+    last = float(tl.started_ms or min(known.values(), default=0.0))
+    for i in range(n):
+        last = max(last, known.get(i, last))
+        before[i] = last
+    nxt: float | None = None
+    for i in range(n - 1, -1, -1):
+        if i in known:
+            nxt = known[i] if nxt is None else min(nxt, known[i])
+        after[i] = nxt
+    tl.times = before
+    for o in tl.operations:
+        if o.spans:
+            o.began_ms = o.spans[0].began_ms - o.spans[0].queued_ms
+            o.ended_ms = o.spans[-1].ended_ms if o.end is not None else None
+            continue
+        if o.began_ms is None:
+            o.began_ms = before[o.first]
+        if o.kind == "sleep" and o.seq in fire_at:
+            o.ended_ms = float(fire_at[o.seq])  # due then, fired or not
+        elif o.end is not None:
+            o.ended_ms = after[o.end] if after[o.end] is not None else before[o.end]
 
 
 def _infer_issue(ops: dict[int, Operation], span: dict[int, list[int]]) -> None:

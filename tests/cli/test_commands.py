@@ -109,7 +109,8 @@ def test_offline_reads_list_show_and_change_nothing(tmp_path: Path) -> None:
     assert p.returncode == 0, p.stderr
     assert "signal by ada (approve)" in p.stdout
     steps = [line.split() for line in p.stdout.splitlines() if " step " in line]
-    assert steps and steps[0][-3:] == ["reserve", "ok", "1"]  # no time: the journal has none for steps
+    # The step's row: when it began and how long it took (µs or ms on this machine).
+    assert steps and steps[0][3:7] == ["step", "reserve", "ok", "1"] and steps[0][8] in ("µs", "ms"), steps
     assert "result: shipped" in p.stdout
 
     p = fusee_cmd("show", str(d), "o-2", "--json")
@@ -526,3 +527,19 @@ def test_serve_on_every_address_says_which_names_it_answers(tmp_path: Path) -> N
     p = fusee_cmd("serve", "no_such_module:make", "--host", "0.0.0.0", "--token", "t", cwd=tmp_path)
     assert p.returncode == 1
     assert "--allowed-host" in p.stderr and "127.0.0.1" in p.stderr
+
+
+def test_serve_with_a_tokens_file_names_each_person_in_the_audit(tmp_path: Path) -> None:
+    tokens = tmp_path / "tokens.toml"
+    tokens.write_text('[tokens]\nada = "tok-ada-1"\ngrace = "tok-grace-2"\n')
+    os.chmod(tokens, 0o644)
+    line = one_line_error(fusee_cmd("serve", "ops_app:make_engine", "--tokens-file", str(tokens), cwd=APP_DIR))
+    assert "chmod 600" in line
+    os.chmod(tokens, 0o600)
+    with serving(tmp_path, "--tokens-file", str(tokens)) as (url, _shared):
+        assert fusee_cmd("start", "order", "o-1", "acme", "--url", url, "--token", "tok-ada-1").returncode == 0
+        assert "token" in one_line_error(fusee_cmd("runs", "--url", url, "--token", "tok-nobody")).lower()
+        p = fusee_cmd("cancel", "o-1", "--url", url, "--token", "tok-grace-2")
+        assert p.returncode == 0, p.stderr
+        r = httpx.get(f"{url}/api/runs/o-1", headers={"Authorization": "Bearer tok-ada-1"})
+        assert [(a["action"], a["by"]) for a in r.json()["audit"]] == [("cancel", "grace")]

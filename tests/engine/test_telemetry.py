@@ -336,6 +336,17 @@ async def test_metrics_count_steps_attempts_flushes_and_runs(otel: Otel, tmp_pat
         assert otel.value("fusee.flushes") == m.flushes > 0
         assert otel.value("fusee.flush.duration") == m.flushes  # one histogram sample per flush
         assert otel.value("fusee.flush.records") == m.records_flushed
+        # Durations: one sample per execution, by workflow type, step name and outcome; one per ended run.
+        step = {"fusee.workflow.type": "tel-job", "fusee.step.name": "flaky"}
+        assert otel.value("fusee.step.duration", **step, **{"fusee.step.outcome": "retry"}) == 1
+        assert otel.value("fusee.step.duration", **step, **{"fusee.step.outcome": "ok"}) == 1
+        assert otel.value("fusee.step.duration", **{"fusee.step.name": "first", "fusee.step.outcome": "ok"}) == 1
+        assert otel.value("fusee.step.duration", **{"fusee.workflow.type": "tel-failing",
+                                                     "fusee.step.outcome": "failed"}) == 1
+        assert otel.value("fusee.run.duration", **{"fusee.workflow.type": "tel-job", "fusee.run.status": "ok"}) == 1
+        assert otel.value("fusee.run.duration", **{"fusee.workflow.type": "tel-failing",
+                                                    "fusee.run.status": "failed"}) == 1
+        assert otel.value("fusee.run.duration", **{"fusee.workflow.type": "tel-talk"}) is None  # still running
         # Gauges read the engine's metrics().
         path = str(tmp_path)
         assert otel.value("fusee.runs", **{"fusee.run.status": "running", "fusee.engine.path": path}) == 1

@@ -97,7 +97,9 @@ async def test_journal_is_readable_json(engine: fusee.Engine) -> None:
     body = r.json()
     check_schema(body, "Journal")
     text = json.dumps(body["records"])
-    assert "$bytes" not in text and '_ms"' not in text  # times are ISO text, payloads decoded
+    # Times are ISO text (only durations are numbers of milliseconds), payloads decoded.
+    assert "$bytes" not in text
+    assert not [k for x in body["records"] for k in x if k.endswith("_ms") and k not in ("took_ms", "queued_ms")]
     kinds = [x["kind"] for x in body["records"]]
     assert kinds[0] == "Start" and kinds[-1] == "Done"
     start = body["records"][0]
@@ -300,7 +302,7 @@ def test_the_app_serves_from_another_thread_than_the_engines(tmp_path: Path) -> 
 
 async def test_the_web_ui_is_mounted_at_ui_behind_the_same_token(
         engine: fusee.Engine, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The contract with the UI: ``fusee.ui.routes(engine)`` is mounted at ``/ui``."""
+    """The contract with the UI: ``fusee.ui.routes(engine, secret=...)`` is mounted at ``/ui``."""
     import importlib.machinery
     import types
 
@@ -309,7 +311,7 @@ async def test_the_web_ui_is_mounted_at_ui_behind_the_same_token(
 
     seen: list[fusee.Engine] = []
 
-    def routes(e: fusee.Engine) -> list[Route]:
+    def routes(e: fusee.Engine, *, secret: bytes | str | None) -> list[Route]:
         seen.append(e)
 
         async def page(request: Any) -> PlainTextResponse:

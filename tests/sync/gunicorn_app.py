@@ -3,12 +3,14 @@
 The engine directory is ``$FUSEE_TEST_DIR/engine``. Every worker opens it at
 import (without ``--preload``: one worker owns it, the others follow and route
 their calls to it); with ``--preload`` the master opens it before the fork and a
-worker's first call raises ``fusee.EngineForked``.
+worker's first call raises ``fusee.EngineForked``. The ``/lazy`` routes use an engine
+opened at first use in each process (docs/hosts.md): after the fork, in the worker.
 """
 
 from __future__ import annotations
 
 import os
+import threading
 import time
 
 from flask import Flask, jsonify
@@ -19,6 +21,24 @@ from tests.sync.hosts_app import approve, order
 DIR = os.environ["FUSEE_TEST_DIR"]
 engine = fusee.SyncEngine.open(os.path.join(DIR, "engine"), workflows=[order])
 app = Flask(__name__)
+_lazy: dict[int, fusee.SyncEngine] = {}
+_opening = threading.Lock()
+
+
+def lazy_engine() -> fusee.SyncEngine:
+    """This process's own engine, opened at its first use."""
+    with _opening:
+        if os.getpid() not in _lazy:
+            _lazy[os.getpid()] = fusee.SyncEngine.open(os.path.join(DIR, "engine"), workflows=[order])
+        return _lazy[os.getpid()]
+
+
+@app.post("/lazy/orders/<oid>/approve/<who>")
+def lazy_start_and_approve(oid: str, who: str) -> object:
+    e = lazy_engine()
+    h = e.start(order, oid, oid, if_running="attach", if_finished="attach")
+    h.signal(approve, who, dedup_key=f"approve-{oid}")
+    return jsonify(result=h.result(timeout=30), worker_is_owner=e.is_owner)
 
 
 @app.post("/orders/<oid>")

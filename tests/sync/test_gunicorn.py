@@ -109,6 +109,17 @@ def test_gunicorn_preload_fails_at_once_in_the_worker_and_leaves_no_lock_behind(
     assert not holding.is_alive()
 
 
+def test_gunicorn_preload_with_an_engine_opened_lazily_in_the_worker_works(tmp_path: Path) -> None:
+    # The master opened the module's engine before the fork; the worker opens its own at first
+    # use, after the fork: a follower of the master's engine, whose calls run there.
+    with gunicorn(APP, tmp_path, "--preload", workers=2) as s, s.client() as c:
+        for oid in ("l1", "l2", "l3"):
+            r = c.post(f"/lazy/orders/{oid}/approve/ann")
+            assert r.status_code == 200, s.log.read_text()
+            assert r.json() == {"result": f"charge-{oid} by ann", "worker_is_owner": False}
+        assert c.post("/orders/x").status_code == 500  # the master's engine, called in a worker
+
+
 def _post_quietly(s: Server, url: str) -> None:
     try:
         with s.client() as c:

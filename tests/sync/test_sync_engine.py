@@ -168,11 +168,10 @@ def test_a_forked_child_gets_a_typed_error_at_once(tmp_path: Path) -> None:
                     code = code if "after the fork" in str(e) else 2
                 except BaseException:
                     code = 3
-            try:  # opening the parent's directory again fails at once too: it is the parent's
-                fusee.SyncEngine.open(tmp_path, workflows=WORKFLOWS)
-                code = code or 4
-            except DirectoryLocked:
-                pass
+            try:  # the child opens the directory anew: a follower of the parent, which runs its call
+                with fusee.SyncEngine.open(tmp_path, workflows=WORKFLOWS) as own:
+                    code = code or (0 if not own.is_owner else 4)
+                    own.start(adder, "from-child", 1)
             except BaseException:
                 code = code or 5
             os.write(w, bytes([code]))
@@ -183,6 +182,8 @@ def test_a_forked_child_gets_a_typed_error_at_once(tmp_path: Path) -> None:
         assert got == b"\x00"
         engine.signal("a", go, 4)  # the parent's engine is untouched
         assert engine.get("a").result(timeout=60) == 8
+        engine.signal("from-child", go, 2)  # the child's start is the parent's run
+        assert engine.get("from-child").result(timeout=60) == 4
 
 
 def test_a_call_from_the_loop_thread_is_refused(tmp_path: Path) -> None:

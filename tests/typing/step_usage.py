@@ -8,6 +8,7 @@ Also importable by pytest, which runs nothing.
 
 from __future__ import annotations
 
+import datetime
 import functools
 from collections.abc import Awaitable
 from typing import assert_type
@@ -136,4 +137,11 @@ async def kit() -> None:
         await env.skip("1h")
         await env.until(lambda: env.describe("o-1").status == "ok")
         print(result, count, env.now())
+        for attempt in env.describe("o-1").steps:
+            assert_type(attempt, fusee.StepAttempt)
+            assert_type(attempt.duration, datetime.timedelta | None)
+            assert_type(attempt.started_at, datetime.datetime | None)
+            assert_type(attempt.queued, datetime.timedelta)
     TestEngine(workflows=[order], limits="api")  # type: ignore[arg-type]
+    TestEngine(workflows=[order], frozen_clock=True)
+    TestEngine(workflows=[order], frozen_clock="yes")  # type: ignore[arg-type]

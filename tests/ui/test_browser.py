@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from tests.ui import browser
-from tests.ui.ui_app import Served, populate
+from tests.ui.ui_app import Served, populate, populate_timed, waiting_for_signal
 
 TIMEOUT = 30
 
@@ -74,7 +74,7 @@ def test_runs_page_filter_open_run_signal_and_see_it_finish() -> None:
         assert "ConnectionError: payment gateway timed out" in text("tr.step-row[data-name='charge']")
         lanes = [t.text for t in d.find_elements(By.CSS_SELECTOR, "svg.timeline .lane-label[data-op]")]
         assert lanes == ["step quote", "step charge", "sleep cool-off", "wait for signal approve"]
-        assert len(d.find_elements(By.CSS_SELECTOR, "svg.timeline g.attempt")) == 1
+        assert len(d.find_elements(By.CSS_SELECTOR, "svg.timeline g.attempt-bar[data-status='retried']")) == 1
         assert status() == "running"
         # The stream written so far arrives over Server-Sent Events.
         wait.until(lambda _: "charged: pay-" in text("pre.stream"))
@@ -120,6 +120,47 @@ def test_runs_page_filter_open_run_signal_and_see_it_finish() -> None:
         assert d.find_element(By.ID, "stat-runs").text == "8"
 
 
+def test_the_run_page_draws_a_waterfall_to_scale() -> None:
+    """Bars as wide as their durations on one time axis: steps, one bar per attempt, the sleep,
+    and the queue delay of a step that waited for a permit."""
+    browser.require()
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ec
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    with Served(populate_timed) as served, browser.chromium() as driver:
+        d: Any = driver
+        d.get(served.url + "/runs/timed-1")
+        WebDriverWait(d, TIMEOUT).until(ec.presence_of_element_located((By.CSS_SELECTOR, "svg.waterfall")))
+        # What the browser laid out: each bar's rendered width, left edge and the duration it stands for.
+        bars = d.execute_script("""
+            return [...document.querySelectorAll('svg.waterfall g.op, svg.waterfall g.queued')].map(g => {
+                const r = g.querySelector('rect').getBoundingClientRect();
+                return {cls: g.getAttribute('class'), op: g.dataset.op || '', attempt: g.dataset.attempt || '',
+                        status: g.dataset.status || '', ms: parseFloat(g.dataset.ms), left: r.left,
+                        right: r.right, width: r.width};
+            })""")
+        ms_per_px = float(d.execute_script("return document.querySelector('svg.waterfall').dataset.msPerPx"))
+        ops = {(b["op"], b["attempt"]): b for b in bars if b["cls"] != "queued"}
+        assert set(ops) == {("load", "1"), ("backoff", ""), ("fetch", "1"), ("fetch", "2"), ("pay-0", "1"),
+                            ("pay-1", "1"), ("pay-2", "1")}
+        for b in bars:
+            # To scale (a bar is 2 px at least, a queue delay 1 px, so an instant one still shows).
+            least = 1.0 if b["cls"] == "queued" else 2.0
+            assert abs(b["width"] - max(b["ms"] / ms_per_px, least)) < 1.0, b
+        assert ops[("backoff", "")]["ms"] >= 300 and ops[("load", "1")]["ms"] >= 120
+        assert ops[("backoff", "")]["width"] > ops[("load", "1")]["width"] * 300 / ops[("load", "1")]["ms"] - 1
+        # In the order they ran: the sleep after the load, the retry after the failed attempt.
+        assert ops[("backoff", "")]["left"] >= ops[("load", "1")]["right"] - 1
+        assert ops[("fetch", "1")]["status"] == "retried" and ops[("fetch", "2")]["status"] == "ok"
+        assert ops[("fetch", "2")]["left"] >= ops[("fetch", "1")]["right"] - 1
+        # Two permits for three payments held 100 ms each: the third queued for one, drawn just before its bar.
+        queued = max((b for b in bars if b["cls"] == "queued"), key=lambda b: b["ms"])
+        assert queued["ms"] >= 90, queued
+        assert queued["op"].startswith("pay-") and abs(queued["right"] - ops[(queued["op"], "1")]["left"]) < 1.0
+        assert d.find_element(By.CSS_SELECTOR, "tr.step-row[data-name='backoff'] td.took").text.endswith(" ms")
+
+
 def test_a_missing_browser_fails_under_ci(monkeypatch: Any) -> None:
     import pytest
 
@@ -127,3 +168,62 @@ def test_a_missing_browser_fails_under_ci(monkeypatch: Any) -> None:
     monkeypatch.setenv("FUSEE_REQUIRE_BROWSER", "1")
     with pytest.raises(pytest.fail.Exception, match="chromium-driver"):
         browser.require()
+
+
+def test_fork_a_run_before_its_signal_dropping_it_in_the_browser() -> None:
+    browser.require()
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select, WebDriverWait
+
+    with Served(populate, full=True) as served, browser.chromium() as driver:
+        d: Any = driver
+        engine: Any = served.engine
+        wait = WebDriverWait(d, TIMEOUT)
+        d.get(served.url + "/runs/order-2")
+        wait.until(lambda _: d.find_elements(By.ID, "open-fork"))
+        d.find_element(By.ID, "open-fork").click()
+        new_id = d.find_element(By.ID, "fork-id")
+        wait.until(lambda _: new_id.is_displayed())
+        new_id.clear()
+        new_id.send_keys("order-2-b")
+        position = Select(d.find_element(By.ID, "fork-position"))
+        # Before the charge: the approval came while it retried, after the cut.
+        position.select_by_visible_text(next(o.text for o in position.options if o.text.endswith("step charge")))
+        d.find_element(By.ID, "fork-reapply").click()  # untick: the approval is not delivered again
+        d.find_element(By.ID, "confirm-fork").click()
+        wait.until(lambda _: d.find_elements(By.ID, "flash") and "/runs/order-2-b" in d.current_url)
+        served.call(waiting_for_signal, engine, "order-2-b")
+        journal = served.call(engine.journal, "order-2-b")
+        assert not any(type(r).__name__ == "Signal" for r in journal)
+        assert served.call(lambda: engine.describe("order-2-b").status) == "running"
+        assert served.call(lambda: engine.describe("order-2").status) == "ok"
+
+
+def test_query_a_run_and_start_another_in_the_browser() -> None:
+    browser.require()
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select, WebDriverWait
+
+    with Served(populate, full=True) as served, browser.chromium() as driver:
+        d: Any = driver
+        engine: Any = served.engine
+        wait = WebDriverWait(d, TIMEOUT)
+        d.get(served.url + "/runs/order-3")
+        wait.until(lambda _: d.find_elements(By.ID, "open-query"))
+        d.find_element(By.ID, "open-query").click()
+        name = d.find_element(By.ID, "query-name")
+        wait.until(lambda _: name.is_displayed())
+        name.send_keys("notes")
+        d.find_element(By.ID, "confirm-query").click()
+        wait.until(lambda _: d.find_elements(By.ID, "answer-value"))
+        assert '"customer": "zenith"' in d.find_element(By.ID, "answer-value").text
+
+        d.get(served.url + "/")
+        wait.until(lambda _: d.find_elements(By.ID, "open-start"))
+        d.find_element(By.ID, "open-start").click()
+        Select(d.find_element(By.ID, "start-workflow")).select_by_value("order")
+        d.find_element(By.ID, "start-id").send_keys("order-9")
+        d.find_element(By.ID, "start-input").send_keys('"quill"')
+        d.find_element(By.ID, "confirm-start").click()
+        wait.until(lambda _: "/runs/order-9" in d.current_url and d.find_elements(By.ID, "flash"))
+        assert served.call(lambda: engine.describe("order-9").attributes["customer"]) == "quill"

@@ -83,6 +83,28 @@ def test_schedule_actions_need_the_token_and_act_once_confirmed() -> None:
         assert re.findall(r'<tr class="schedule-row" data-id="([^"]+)">', page) == ["hourly"]
 
 
+def test_backfill_a_schedule_from_its_dialog() -> None:
+    with Served(scheduled) as served:
+        engine: Any = served.engine
+        _, page = get(f"{served.url}/schedules")
+        good = csrf(page)
+        assert 'id="open-backfill-1"' in page
+        url = f"{served.url}/schedules/action/backfill/hourly"
+        status, body, _ = post(url, {"csrf": good, "start": "yesterday", "end": "2026-01-01T05:00"})
+        assert status == 400 and "date and time" in body
+        status, body, _ = post(url, {"csrf": good, "start": "2026-01-01T05:00", "end": "2026-01-01T02:00"})
+        assert status == 400 and "the range is empty" in body
+        assert not any(s.workflow_id.startswith("hourly@") for s in served.call(engine.runs))
+        # Three hourly times in [02:00, 05:00), run though the schedule is paused (allow_all: at once).
+        status, _, location = post(url, {"csrf": good, "start": "2026-01-01T02:00", "end": "2026-01-01T05:00"})
+        assert status == 303 and location == "/ui/schedules?done=backfill"
+        served.call(until, lambda: sorted(s.workflow_id for s in engine.runs() if s.workflow_id.startswith("hourly@")
+                                          and s.status == "ok") == [
+            "hourly@2026-01-01T02:00:00Z", "hourly@2026-01-01T03:00:00Z", "hourly@2026-01-01T04:00:00Z"])
+        _, page = get(f"{served.url}{location[3:]}")
+        assert "Backfill recorded" in page
+
+
 async def busy(engine: fusee.Engine) -> None:
     await engine.start(charges, "charges-1", 5)
     await until(lambda: engine.limits()["payments"].in_use == 2 and engine.limits()["payments"].waiting == 3)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import html
+import json
 import re
 import urllib.error
 import urllib.parse
@@ -378,3 +380,131 @@ def test_a_browsers_same_origin_form_passes_the_apps_checks() -> None:
         assert journal(served, "order-1") == before
         status, body, location = post(url, fields, {"Origin": f"http://{host}", "Sec-Fetch-Site": "same-origin"})
         assert status == 303 and location == "/ui/runs/order-1?done=signal", body
+
+
+def test_start_a_run_from_the_runs_page() -> None:
+    async def nothing(engine: fusee.Engine) -> None:
+        pass
+
+    with Served(nothing) as served:
+        engine: Any = served.engine
+        status, page = get(f"{served.url}/")
+        assert status == 200
+        names = re.findall(r'<option value="([^"]+)" data-input="([^"]+)"', page)
+        # The engine's internal workflows (the object's) are not offered.
+        assert ("order", "str") in names and not any(n.startswith("fusee") for n, _ in names)
+        found = re.search(r'name="csrf" value="([^"]+)"', page)
+        assert found is not None
+        good = found.group(1)
+        start = f"{served.url}/start"
+        status, body, _ = post(start, {"csrf": good, "workflow": "order", "workflow_id": "o-9", "input": "acme"})
+        assert status == 400 and "not JSON" in body and 'value="o-9"' in body  # what was typed is kept
+        status, body, _ = post(start, {"csrf": good, "workflow": "order", "workflow_id": "o-9", "input": "42"})
+        assert status == 400 and "nothing started" in body
+        status, body, _ = post(start, {"csrf": good, "workflow": "fusee.object:cart", "workflow_id": "x",
+                                       "input": ""})
+        assert status == 400 and "choose a workflow" in body
+        status, body, _ = post(start, {"csrf": good, "workflow": "order", "workflow_id": " ", "input": '"x"'})
+        assert status == 400 and "workflow ID" in body
+        assert served.call(engine.runs) == []
+        status, _, location = post(start, {"csrf": good, "workflow": "order", "workflow_id": "o-9",
+                                           "input": '"acme"'})
+        assert status == 303 and location.endswith("/runs/o-9?done=start")
+        assert served.call(engine.describe, "o-9").workflow == "order"
+        status, body, _ = post(start, {"csrf": good, "workflow": "order", "workflow_id": "o-9", "input": '"b"'})
+        assert status == 409 and "nothing started" in body
+
+
+def test_fork_reset_by_position_dropping_signals_and_rerun_with_new_input() -> None:
+    with Served(populate) as served:
+        engine: Any = served.engine
+        good = token(served, "order-2")
+        _, page = get(f"{served.url}/runs/order-2")
+        assert 'id="open-fork"' in page and 'id="open-rerun"' in page
+        # The rerun dialog starts from the run's own input.
+        assert re.search(r'id="rerun-input"[^>]*>&#34;bolt&#34;</textarea>', page)
+        # Cut before the charge: the approval arrived while it retried, so after the cut.
+        charge = next(r.seq for r in journal(served, "order-2") if isinstance(r, rec.Attempt))
+
+        def waits_without_a_signal(wid: str) -> None:
+            served.call(waiting_for_signal, engine, wid)
+            assert not any(isinstance(r, rec.Signal) for r in journal(served, wid))
+            assert summary(served, wid).status == "running"
+
+        # A fork with the signal dropped waits for approval again; order-2 is left alone.
+        status, _, location = post(f"{served.url}/action/fork/order-2", {
+            "csrf": good, "new_id": "order-2-again", "step": "", "position": str(charge), "signals_choice": "1"})
+        assert status == 303 and location.endswith("/runs/order-2-again?done=fork")
+        waits_without_a_signal("order-2-again")
+        assert summary(served, "order-2").status == "ok"
+        assert ("reset", "web-ui") in [(a.action, a.by) for a in summary(served, "order-2-again").audit]
+
+        # The same cut with the signal delivered again finishes as the original did.
+        status, _, _ = post(f"{served.url}/action/fork/order-2", {
+            "csrf": good, "new_id": "order-2-same", "position": str(charge), "signals_choice": "1",
+            "reapply_signals": "on"})
+        assert status == 303
+        assert served.call(lambda: engine.get("order-2-same").result()) == served.call(
+            lambda: engine.get("order-2").result())
+
+        # Reset by position, dropping the signal: the run itself waits again.
+        status, _, _ = post(f"{served.url}/action/reset/order-2", {
+            "csrf": good, "position": str(charge), "signals_choice": "1"})
+        assert status == 303
+        waits_without_a_signal("order-2")
+
+        status, body, _ = post(f"{served.url}/action/fork/order-2", {"csrf": good, "new_id": "", "step": "quote"})
+        assert status == 400 and "ID of its own" in body
+        status, body, _ = post(f"{served.url}/action/fork/order-2", {"csrf": good, "new_id": "x", "position": "two"})
+        assert status == 400 and "operation&#39;s number" in body
+
+        status, _, location = post(f"{served.url}/start", {"csrf": good, "workflow": "order",
+                                                           "workflow_id": "order-2-rerun", "input": '"carla"'})
+        assert status == 303 and location.endswith("/runs/order-2-rerun?done=start")
+        served.call(waiting_for_signal, engine, "order-2-rerun")
+        assert summary(served, "order-2-rerun").attributes["customer"] == "carla"
+
+
+def test_the_steps_table_lists_every_failed_attempt_and_numbers_operations_one_way() -> None:
+    with Served(populate) as served:
+        _, page = get(f"{served.url}/runs/sync-1")
+        row = re.search(r'<tr class="step-row" data-name="pull".*?</tr>', page, re.S)
+        assert row is not None
+        items = re.findall(r'<li value="(\d+)"><span class="bad">([^<]*)</span>( — paused)?', row.group(0))
+        assert [(n, err, paused) for n, err, paused in items] == [
+            ("1", "RuntimeError: warehouse API unreachable", ""),
+            ("2", "RuntimeError: warehouse API unreachable", " — paused")]
+        # Operations are numbered by position (#n, what a reset before a position takes), records by place.
+        assert re.search(r'<td class="mono muted">#\d+</td>', row.group(0))
+        _, page = get(f"{served.url}/runs/order-2")
+        assert "signal approve (record " in page and "(#" not in page
+
+
+def test_query_and_update_a_run_from_its_page() -> None:
+    with Served(populate) as served:
+        good = token(served, "order-1")
+        url = f"{served.url}/action"
+        status, body, _ = post(f"{url}/query/order-1", {"csrf": good, "name": "notes", "arg": ""})
+        assert status == 200
+        answer = re.search(r'<pre class="mono" id="answer-value">(.*?)</pre>', body, re.S)
+        assert answer is not None and json.loads(html.unescape(answer.group(1))) == {"customer": "acme", "notes": []}
+
+        status, body, _ = post(f"{url}/update/order-1", {"csrf": good, "name": "note", "arg": '"call back"'})
+        assert status == 200 and "durable in the journal" in body
+        assert re.search(r'id="answer-value">1</pre>', body)
+        assert any(isinstance(r, rec.Update) for r in journal(served, "order-1"))
+
+        records = len(journal(served, "order-1"))
+        status, body, _ = post(f"{url}/update/order-1", {"csrf": good, "name": "note", "arg": '"  "'})
+        assert status == 400 and "a note needs some text" in body
+        status, body, _ = post(f"{url}/update/order-1", {"csrf": good, "name": "note", "arg": "call back"})
+        assert status == 400 and "not JSON" in body
+        status, body, _ = post(f"{url}/query/order-1", {"csrf": good, "name": "", "arg": ""})
+        assert status == 400 and "needs the name" in body
+        status, body, _ = post(f"{url}/query/order-1", {"csrf": good, "name": "notes"}, {"Origin": "http://evil.example"})
+        assert status == 403
+        assert len(journal(served, "order-1")) == records  # refused requests recorded nothing
+
+        # An ended run answers queries too (its journal is replayed read-only).
+        status, body, _ = post(f"{url}/query/order-2", {"csrf": good, "name": "notes"})
+        assert status == 200 and "bolt" in html.unescape(body)

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import re
 
 import fusee
+import fusee.testing
 from fusee.engine.visibility import Metrics, ShardMetrics
+from fusee.testing import TestEngine
 from fusee.ui import svg, timeline
 from fusee.ui.sampler import Sampler
 
@@ -105,10 +108,53 @@ async def test_retries_signals_children_and_a_failure() -> None:
     assert tl.traceback is not None and "gave up at 42" in tl.traceback
     assert child_tl.parent == "m"
     drawn = svg.timeline(tl, "/ui/runs/")
-    assert drawn.count('class="attempt"') == 2 and 'href="/ui/runs/mixed-child"' in drawn
+    # A waterfall: one bar per attempt, the two that failed and were retried among them.
+    assert drawn.count('data-status="retried"') == 2 and drawn.count('class="op attempt-bar"') == 3
+    assert 'href="/ui/runs/mixed-child"' in drawn
     assert drawn.count('class="mark mark-signal"') == 1
     kinds = [e.kind for e in tl.events]
     assert kinds[0] == "Start" and kinds[-1] == "Done" and "Signal" in kinds
+
+
+async def test_the_waterfall_draws_attempts_queue_delay_and_sleeps_to_scale() -> None:
+    """On the testing kit's frozen clock the times are exact, so are the bars (``tests/engine/test_step_times``)."""
+    from tests.engine import test_step_times as st
+
+    st.RELEASE.clear()
+    st.RELEASE["h1"] = asyncio.Event()
+    async with TestEngine([st.waterfall], frozen_clock=True, limits=[fusee.Limit("one", concurrency=1)]) as env:
+        st.CLOCK["env"] = env
+        h = await env.start(st.waterfall, "w")
+        await env.until(lambda: env.limits()["one"].waiting == 1)
+        await env.skip("1s")
+        st.RELEASE["h1"].set()
+        await h.result()
+        tl = timeline.build(await env.journal("w"))
+    assert tl.timed and tl.started_ms is not None
+    by_name = {o.name: o for o in tl.operations}
+    assert by_name["nap"].ended_ms - by_name["nap"].began_ms == 2000  # type: ignore[operator]
+    assert [(sp.status, sp.took_ms) for sp in by_name["b"].spans] == [("retried", 250.0), ("ok", 100.0)]
+    assert [(sp.took_ms, sp.queued_ms) for sp in by_name["h2"].spans] == [(0.0, 1000.0)]
+    drawn = svg.timeline(tl, "/ui/runs/")
+    # Every bar's width is its duration on one scale (the axis spans the run: 3.35 s).
+    scale = svg.WATERFALL_W / 3350
+    bars = re.findall(r'<g class="op[^"]*" data-status="[^"]*"(?: data-attempt="\d+")? data-op="([^"]+)"'
+                      r'(?: data-kind="[^"]+")? data-ms="([^"]+)"><title>[^<]*</title><rect x="[^"]+" y="[^"]+" '
+                      r'width="([^"]+)"', drawn)
+    assert len(bars) == 6  # a, the nap, two attempts of b, h1, h2
+    for name, ms, width in bars:
+        assert abs(float(width) - max(float(ms) * scale, svg.MIN_BAR_W)) < 0.01, name
+    queued = re.findall(r'class="queued" data-op="h2" data-attempt="1" data-ms="([^"]+)">.*?width="([^"]+)"', drawn)
+    assert [(float(ms), round(float(w), 1)) for ms, w in queued] == [(1000.0, round(1000 * scale, 1))]
+
+
+def test_a_journal_from_before_step_times_is_drawn_in_journal_order() -> None:
+    from tests.engine.test_step_times import FIXTURE
+
+    tl = timeline.build(fusee.testing.load_journal(FIXTURE))
+    assert not tl.timed
+    drawn = svg.timeline(tl, "/ui/runs/")
+    assert "journal order" in drawn and 'class="attempt"' in drawn
 
 
 def test_svg_escapes_what_it_draws() -> None:

@@ -42,6 +42,18 @@ async def invoice(ctx: fusee.Ctx, order: str) -> str:
 @fusee.workflow("order")
 async def order(ctx: fusee.Ctx, customer: str) -> str:
     ctx.set_attributes({"customer": customer, "region": "eu" if customer < "m" else "us"})
+    notes: list[str] = []
+    ctx.on_query(fusee.query("notes"), lambda: {"customer": customer, "notes": notes})
+
+    def add_note(text: str) -> int:
+        notes.append(text)
+        return len(notes)
+
+    def non_empty(text: str) -> None:
+        if not text.strip():
+            raise ValueError("a note needs some text")
+
+    ctx.on_update(fusee.update("note", str), add_note, validator=non_empty)
     price = await ctx.step("quote", lambda: 42)
     log = ctx.stream("log")
     await log.write(f"quoted {price} for {customer}")
@@ -109,7 +121,50 @@ async def hold(i: int) -> int:
     return i
 
 
-WORKFLOWS = [order, invoice, restock, sync, report, charges]
+cart = fusee.object("cart", state=dict[str, int], initial={})
+
+
+@cart.exclusive
+async def add(obj: fusee.ObjectCtx[dict[str, int]], sku: str) -> int:
+    state = obj.state
+    state[sku] = state.get(sku, 0) + 1
+    obj.set_state(state)
+    return state[sku]
+
+
+async def pause(seconds: float) -> float:
+    await asyncio.sleep(seconds)
+    return seconds
+
+
+_fetches: dict[str, int] = {}
+
+
+async def fetch(info: fusee.StepInfo) -> str:
+    # Takes about 50 ms; the first attempt of each run fails: the waterfall shows two bars.
+    await asyncio.sleep(0.05)
+    _fetches[info.key] = _fetches.get(info.key, 0) + 1
+    if _fetches[info.key] == 1:
+        raise ConnectionError("upstream reset the connection")
+    return "fetched"
+
+
+@fusee.workflow("timed")
+async def timed(ctx: fusee.Ctx, n: int) -> str:
+    """Steps that take time, a sleep, a retry and steps queueing for the "payments" permits
+    (two at a time): what the run page's waterfall draws."""
+    await ctx.step("load", pause, 0.12)
+    await ctx.sleep("backoff", "300ms")
+    await ctx.step("fetch", fetch, retry=fusee.Retry(initial="40ms"))
+    await asyncio.gather(*(ctx.step(f"pay-{i}", pause, 0.1, limit="payments") for i in range(n)))
+    return "done"
+
+
+async def populate_timed(engine: fusee.Engine) -> None:
+    await engine.execute(timed, "timed-1", 3)
+
+
+WORKFLOWS: list[Any] = [order, invoice, restock, sync, report, charges, timed, cart]
 LIMITS = [fusee.Limit("payments", concurrency=2, per_second=50.0), fusee.Limit("email", per_second=5.0)]
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from fusee.errors import DatabaseUnavailable
+from fusee.storage import forks
 
 #: What ``synchronous_commit`` becomes on our sessions when the server's default is weaker:
 #: an acknowledgement means the commit's WAL is on the server's disk.
@@ -62,4 +63,11 @@ def connect(dsn: str, purpose: str) -> Any:
     except BaseException:
         conn.close()
         raise
+    # A forked child lets go of the session's socket: libpq's goodbye, sent from the child,
+    # would end the parent's session, and the child would keep a dead parent's session open.
+    forks.hold(conn, _socket)
     return conn
+
+
+def _socket(conn: Any) -> list[int]:
+    return [] if conn.closed else [conn.pgconn.socket]

@@ -38,6 +38,8 @@ function stream(pre) {
 document.addEventListener("DOMContentLoaded", () => {
   document.querySelectorAll("[data-live]").forEach(follow);
   document.querySelectorAll("pre[data-stream]").forEach(stream);
+  // A form refused with what was typed kept: its dialog opens again.
+  document.querySelectorAll("dialog[data-open]").forEach((d) => d.showModal());
   // Delegated: the buttons live in regions that refresh.
   document.addEventListener("click", (ev) => {
     const open = ev.target.closest("[data-dialog]");
