@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test lint typecheck unit bench perf clean
+.PHONY: demo test lint typecheck unit bench perf soak clean
 
 # editable_mode=compat: a plain path in a .pth file rather than an import hook, so that
 # type checkers (mypy, pyright), which do not run import hooks, find fusee and its py.typed.
@@ -34,6 +34,14 @@ bench: $(STAMP)
 # The CPU-per-step regression guard: run it on a quiet machine; never part of make test.
 perf: $(STAMP)
 	$(PY) bench/perf_smoke.py
+
+# The simulator over a long seed range, sharded across processes, with a canary and a
+# coverage atlas (docs/sim.md); hours on a quiet machine, never part of make test.
+SEEDS ?= 0..20000
+JOBS ?= 2
+SOAK_OUT ?= bench/results/soak
+soak: $(STAMP)
+	$(PY) -m fusee.sim.soak --seeds $(SEEDS) --jobs $(JOBS) --out $(SOAK_OUT)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

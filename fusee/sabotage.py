@@ -19,6 +19,9 @@ class Sabotage:
     skip_dir_fsync: bool = False
     retry_failed_fsync: bool = False
     skip_recovery_sync: bool = False
+    #: The log writes a batch as soon as the blobs it references are written, before they are
+    #: durable (no fdatasync of a blob, no fsync of the blob directory).
+    early_blobs: bool = False
     # engine
     ack_before_durable: bool = False
     step_before_gate: bool = False

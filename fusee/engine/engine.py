@@ -1396,6 +1396,8 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
         at once (chunks that were durable before are returned first). Without
         ``run_id`` it reads the workflow's current run; see :meth:`stream_batch`
         for the run an answer is of, pinning one, and how the stream ended.
+        On an engine opened with ``keep_history=False``, a read of a run that ended
+        raises :class:`fusee.HistoryUnavailable` (its chunks were not kept).
         """
         b, _ = await self._read_stream(workflow_id, name, offset, wait, run_id, None)
         return b.chunks, b.next_offset, b.ended
@@ -1434,6 +1436,9 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
             st = self._rt.current(wid)
             if run_id is not None and st.run_id != run_id:
                 raise RunNotCurrent(wid, run_id, st.run_id)
+            # Without history an ended run's chunks are gone: "ended" here would cut the
+            # stream short at the reader's offset, so say what happened instead.
+            history.check(self._rt, st, f"reading stream {name!r}")
             start = hint if hint is not None and run_id is not None else 0
             # A wait follows the run it first looked at: offsets of one run mean nothing in the next.
             run_id = st.run_id

@@ -9,13 +9,45 @@ all is well), so checkers run unchanged on synthetic inputs in tests.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
-from collections.abc import Iterable, Iterator
-from typing import Any
+import functools
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, ParamSpec
 
 import msgspec
 
 from fusee.core import records as r
+
+_P = ParamSpec("_P")
+
+#: How often each checker ran, and how often it found a violation, in this process: the
+#: soak's coverage atlas reads them (``fusee.sim.soak``); nothing else depends on them.
+runs: collections.Counter[str] = collections.Counter()
+fired: collections.Counter[str] = collections.Counter()
+#: The names of the checkers ``tallied`` wraps.
+known: set[str] = set()
+
+
+def tallied(fn: Callable[_P, list[str]]) -> Callable[_P, list[str]]:
+    """Counts the checker's runs and the runs that found something (in ``runs``, ``fired``)."""
+    name = fn.__name__.removeprefix("check_")
+    known.add(name)
+
+    @functools.wraps(fn)
+    def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> list[str]:
+        return tally(name, fn(*args, **kwargs))
+
+    return wrapper
+
+
+def tally(name: str, problems: list[str]) -> list[str]:
+    """Counts one run of checker ``name`` that found ``problems``; returns them."""
+    runs[name] += 1
+    if problems:
+        fired[name] += 1
+    return problems
+
 
 #: Close policies a parent may give a child, as the workload names them.
 CLOSE_POLICIES = ("terminate", "request_cancel", "abandon")
@@ -31,6 +63,10 @@ ALLOWED_CHILD_END: dict[str, frozenset[str]] = {
 
 _json = msgspec.json.Decoder()
 _msgpack = msgspec.msgpack.Decoder()
+
+
+#: What an ended run keeps on an engine opened with ``keep_history=False``.
+_KEPT = (r.Start, r.Done, r.Child, r.ChildDone, r.Send)
 
 
 def decode_payload(payload: bytes) -> Any:
@@ -76,10 +112,9 @@ class RunView:
 
     @property
     def full(self) -> bool:
-        """Whether the journal holds more than a finished run's start and result."""
-        return self.journal is not None and any(
-            not isinstance(rec, (r.Start, r.Done)) for rec in self.journal
-        )
+        """Whether the journal holds more than an ended run keeps without history (its start,
+        its ending and its outbox: ``fusee.runtime.history``)."""
+        return self.journal is not None and any(not isinstance(rec, _KEPT) for rec in self.journal)
 
 
 @dataclasses.dataclass
@@ -125,6 +160,15 @@ class Observed:
     #: Signals the engine refused as it must (wrong value, unknown name): (workflow ID, name,
     #: the journal's dedup value of its key); none may be in a journal.
     refused_signals: list[tuple[str, str, str]] = dataclasses.field(default_factory=list)
+    #: Receipts of acknowledged enqueues: event ID -> (window run ID, position).
+    receipts: dict[str, tuple[str, int]] = dataclasses.field(default_factory=dict)
+    #: What stream readers read (``ReadStream``): (workflow ID, stream) -> chunks, and how
+    #: each stream ended ("ok", "failed", ...; absent while a reader goes on).
+    streams: dict[tuple[str, str], list[Any]] = dataclasses.field(default_factory=dict)
+    stream_ends: dict[tuple[str, str], str | None] = dataclasses.field(default_factory=dict)
+    #: The first answer per object call ID (``Call``): "ok" with the handler's result, or
+    #: "failed" with its recorded error.
+    calls: dict[str, Outcome] = dataclasses.field(default_factory=dict)
     #: Online violations (first come first listed).
     violations: list[str] = dataclasses.field(default_factory=list)
 
@@ -155,6 +199,21 @@ class Observed:
                 f"update {update_id} to {wid} answered {prev[1].status} {prev[1].value!r} and "
                 f"later {outcome.status} {outcome.value!r}: an update ran twice"
             )
+
+    def receipt(self, event_id: str, receipt: tuple[str, int]) -> None:
+        """An enqueue was acknowledged: one event ID, one receipt, however often it was sent."""
+        prev = self.receipts.setdefault(event_id, receipt)
+        if prev != receipt:
+            self.violations.append(
+                f"event {event_id} got receipt {prev} and later {receipt}: one event ID, two receipts")
+
+    def call_answered(self, call_id: str, outcome: Outcome) -> None:
+        """An object call was answered: every answer to one call ID must be the same."""
+        prev = self.calls.setdefault(call_id, outcome)
+        if prev != outcome:
+            self.violations.append(
+                f"object call {call_id} answered {prev.status} {prev.value!r} and later "
+                f"{outcome.status} {outcome.value!r}: a call ran twice")
 
     def completion_answered(self, wid: str, token: str, accepted: bool, value: int = 0) -> None:
         self.completions.append((wid, token, accepted, value))
@@ -192,6 +251,7 @@ def _as_run0(rec: r.Record) -> r.Record:
     return msgspec.structs.replace(rec, run=0)
 
 
+@tallied
 def check_reset(wid: str, before: list[r.Record], after: list[r.Record], before_step: str) -> list[str]:
     """A reset run's journal is the prefix before the cut plus new records; later signals arrive once.
 
@@ -234,6 +294,7 @@ def check_reset(wid: str, before: list[r.Record], after: list[r.Record], before_
     return out
 
 
+@tallied
 def check_resumes(resumes: Iterable[tuple[str, int, float, Any]],
                   reported: dict[str, list[tuple[float, int]]]) -> list[str]:
     """A heartbeat resume starts only from reported progress.
@@ -255,6 +316,7 @@ def check_resumes(resumes: Iterable[tuple[str, int, float, Any]],
     return out
 
 
+@tallied
 def check_completions(obs: Observed, tokens_returned: Iterable[str]) -> list[str]:
     """One completion accepted per await, and never with a stale token.
 
@@ -286,6 +348,7 @@ def check_completions(obs: Observed, tokens_returned: Iterable[str]) -> list[str
     return out
 
 
+@tallied
 def check_starts(obs: Observed, snap: Snapshot) -> list[str]:
     """Every acknowledged start exists on disk."""
     return [
@@ -295,6 +358,7 @@ def check_starts(obs: Observed, snap: Snapshot) -> list[str]:
     ]
 
 
+@tallied
 def check_signals(obs: Observed, snap: Snapshot) -> list[str]:
     """Every acknowledged signal is in its (unfinished) run's journal."""
     out: list[str] = []
@@ -310,6 +374,7 @@ def check_signals(obs: Observed, snap: Snapshot) -> list[str]:
     return out
 
 
+@tallied
 def check_refused_signals(obs: Observed, snap: Snapshot) -> list[str]:
     """A signal refused for its value or name left nothing in its run's journal."""
     out: list[str] = []
@@ -322,6 +387,7 @@ def check_refused_signals(obs: Observed, snap: Snapshot) -> list[str]:
     return out
 
 
+@tallied
 def check_results(obs: Observed, snap: Snapshot) -> list[str]:
     """A result once reported stays: the run is still finished, with the same status."""
     out: list[str] = []
@@ -345,6 +411,7 @@ def check_service(violations: Iterable[str]) -> list[str]:
     return list(violations)
 
 
+@tallied
 def check_updates(obs: Observed, snap: Snapshot) -> list[str]:
     """No update ID was accepted twice by a run."""
     out: list[str] = []
@@ -370,6 +437,7 @@ def recorded_states(view: RunView) -> set[int]:
     return states
 
 
+@tallied
 def check_queries(obs: Observed, snap: Snapshot) -> list[str]:
     """Every query answer is a state the journal recorded."""
     out: list[str] = []
@@ -387,11 +455,13 @@ def check_queries(obs: Observed, snap: Snapshot) -> list[str]:
     return out
 
 
+@tallied
 def check_stuck(snap: Snapshot) -> list[str]:
     """No run stopped on a determinism error."""
     return [f"{wid} stopped on a determinism error: {why}" for wid, why in sorted(snap.stuck.items())]
 
 
+@tallied
 def check_children(obs: Observed, snap: Snapshot) -> list[str]:
     """Children ended as their parent's close policy allows (checked once all is finished)."""
     out: list[str] = []
@@ -492,6 +562,7 @@ def _without_outcome(effects: Iterable[Any], snap: Snapshot) -> Iterator[tuple[A
         yield e, view, journal
 
 
+@tallied
 def check_step_outcomes(effects: Iterable[Any], snap: Snapshot, crashed_lives: set[int]) -> list[str]:
     """No step effect without its outcome journaled (checked once all is finished).
 
@@ -530,6 +601,7 @@ def stalled(stalls: Iterable[tuple[float, float, Any, bool]], end_of_step: float
     return total
 
 
+@tallied
 def check_inline_stalls(stalls: Iterable[tuple[float, float, Any, bool]]) -> list[str]:
     """A step function measured as cheap blocks the loop's thread at most once per process life.
 
@@ -550,6 +622,7 @@ def check_inline_stalls(stalls: Iterable[tuple[float, float, Any, bool]]) -> lis
     return []
 
 
+@tallied
 def check_durable(due: Iterable[Any], snap: Snapshot, what: str) -> list[str]:
     """Steps that finished long enough before a crash (or before a graceful close) are durable.
 
@@ -565,6 +638,7 @@ def check_durable(due: Iterable[Any], snap: Snapshot, what: str) -> list[str]:
     return out
 
 
+@tallied
 def check_cancel_gate(effects: Iterable[Any], cancels: dict[str, float],
                       seen: dict[str, list[tuple[int, float]]]) -> list[str]:
     """After a durable cancel no execution of a step of its run begins until the code saw ``Cancelled``.
@@ -588,6 +662,7 @@ def check_cancel_gate(effects: Iterable[Any], cancels: dict[str, float],
     return out
 
 
+@tallied
 def check_compensation(effects: Iterable[Any], effect: str = "charge",
                        compensation: str = "refund") -> list[str]:
     """A compensation never runs before the effect it follows has finished (or after it begins again)."""
@@ -612,6 +687,7 @@ def check_compensation(effects: Iterable[Any], effect: str = "charge",
     return out
 
 
+@tallied
 def check_refused(refused: Iterable[tuple[str, str, str]], snap: Snapshot) -> list[str]:
     """Requests refused while the engine closed left no trace.
 
@@ -643,6 +719,7 @@ def check_refused(refused: Iterable[tuple[str, str, str]], snap: Snapshot) -> li
 # --- keyed objects and step limits (issue 12) ----------------------------------
 
 
+@tallied
 def check_object_answers(answers: dict[str, list[Any]], keys: dict[str, str]) -> list[str]:
     """One answer per call ID; exclusive calls of one key (each adds one) answer distinct counts.
 
@@ -666,6 +743,7 @@ def check_object_answers(answers: dict[str, list[Any]], keys: dict[str, str]) ->
     return out
 
 
+@tallied
 def check_object_exclusive(events: list[tuple[int, str, str, str, str]]) -> list[str]:
     """Exclusive handlers of one key never overlap each other nor a shared one.
 
@@ -689,6 +767,7 @@ def check_object_exclusive(events: list[tuple[int, str, str, str, str]]) -> list
     return []
 
 
+@tallied
 def check_limit_concurrency(events: list[tuple[int, str, str]], bound: int) -> list[str]:
     """A limit never has more executions running than its concurrency, in any life.
 
@@ -709,6 +788,7 @@ def check_limit_concurrency(events: list[tuple[int, str, str]], bound: int) -> l
     return []
 
 
+@tallied
 def check_limit_fairness(grants: list[tuple[int, Any]], weights: dict[str, int]) -> list[str]:
     """Permits go to the highest priority waiting, and by weighted round robin among fairness keys.
 
@@ -737,6 +817,7 @@ def check_limit_fairness(grants: list[tuple[int, Any]], weights: dict[str, int])
         since[(life, limit, prio, key)] = 0
         others[(life, limit, prio, key)] = set()
     return []
+@tallied
 def check_live_read(durable: list[int], seen: list[int] | None, refused: str | None, changed: bool) -> list[str]:
     """An operator's read-only open of the directory while the engine lives (``fusee runs DIR``):
     it is not refused, changes nothing on the disk, and sees (per shard) at least every record
@@ -754,6 +835,7 @@ def check_live_read(durable: list[int], seen: list[int] | None, refused: str | N
     return problems
 
 
+@tallied
 def check_view_stuck(view: dict[str, str], live: dict[str, str]) -> list[str]:
     """An operator's read-only view (``fusee runs DIR``, ``Engine.open(read_only=True)``) reports
     no run stuck that the live engine runs healthily (a schedule whose time passed, say)."""
@@ -761,6 +843,7 @@ def check_view_stuck(view: dict[str, str], live: dict[str, str]) -> list[str]:
             for wid, why in sorted(view.items()) if wid not in live]
 
 
+@tallied
 def check_moved(started: Iterable[str], snap: Snapshot) -> list[str]:
     """The directory was renamed and a copy restored at its path while the engine ran: every
     start the engine acknowledged after that (``started``) is in the copy, the directory a
@@ -775,6 +858,7 @@ def check_moved(started: Iterable[str], snap: Snapshot) -> list[str]:
 # --- schedules and windows (issue 12) -----------------------------------------
 
 
+@tallied
 def check_schedule_fires(flow: Any, finals: dict[str, dict[str, Any]], *, final: bool) -> list[str]:
     """A scheduled time fires at most once and, within the catch-up window, exactly once.
 
@@ -823,6 +907,7 @@ def check_schedule_fires(flow: Any, finals: dict[str, dict[str, Any]], *, final:
     return out
 
 
+@tallied
 def check_windows(flow: Any, *, final: bool) -> list[str]:
     """Every acknowledged event is in exactly one window, where its receipt says; windows of a key in order."""
     out: list[str] = list(flow.violations)
@@ -840,4 +925,38 @@ def check_windows(flow: Any, *, final: bool) -> list[str]:
         if found != [receipt]:
             out.append(f"acknowledged event {eid} with receipt {receipt} is in windows at {found}: "
                        "every acknowledged event lands in exactly one window, where its receipt says")
+    return out
+
+
+@tallied
+def check_window_starts(flow: Any, sent: set[str], *, final: bool) -> list[str]:
+    """No window run starts without an acknowledged event.
+
+    Every window run took at least one event, each once, and only events the client sent
+    (``sent``: their IDs). At the end (the client resends every event until it is
+    acknowledged) each window run holds at least one event whose receipt names it, and
+    every event it holds has a receipt naming it at that position: a window that starts
+    from an event nobody was told about shows up here.
+    """
+    out: list[str] = []
+    for wid, events in sorted(flow.windows.items()):
+        ids = [str(ev["id"]) for ev in events]
+        if not ids:
+            out.append(f"window run {wid} started with no event")
+        if len(set(ids)) != len(ids):
+            out.append(f"window run {wid} took one event twice: {ids}")
+        strange = [e for e in ids if e not in sent]
+        if strange:
+            out.append(f"window run {wid} took events {strange} that the client never sent")
+        if not final:
+            continue
+        named = [e for e in ids if flow.receipts.get(e, (None,))[0] == wid]
+        if not named:
+            out.append(f"window run {wid} started without an acknowledged event: no receipt names it "
+                       f"(it took {ids})")
+        for pos, e in enumerate(ids):
+            if flow.receipts.get(e) != (wid, pos):
+                out.append(f"window run {wid} holds event {e} at position {pos}, but its receipt says "
+                           f"{flow.receipts.get(e)}")
+                break
     return out

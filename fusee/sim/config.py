@@ -90,6 +90,9 @@ class SimConfig:
     #: The engine reports spans to the simulator's tracer (``fusee.sim.tracing``),
     #: when OpenTelemetry's API is installed.
     telemetry: bool = False
+    #: ``Engine.open(keep_history=...)``: False on half the seeds, so ended runs keep only
+    #: their start and ending (the checkers then judge what the engine kept).
+    keep_history: bool = True
     #: Relative weight of each job kind in the built-in workload.
     mix: dict[str, int] = dataclasses.field(default_factory=lambda: dict.fromkeys(JOB_KINDS, 1))
 
@@ -146,6 +149,8 @@ class SimConfig:
             memory_budget=b.choice([1, 1, 16 << 10, 64 << 10]) if pressure else None,
             max_loaded=b.choice([None, 0, 2, 5]) if pressure else None,
             recovery_batch=b.choice([1, 3, 8, 1000]),
+            # By parity, as the original does, so every other knob of a seed keeps its value.
+            keep_history=seed % 2 == 0,
         )
 
     def describe(self) -> str:
@@ -163,6 +168,7 @@ class SimConfig:
             f"inline_sync_steps={self.inline_sync_steps} flush={self.flush_mode} mix={mix}"
             + (" telemetry=on" if self.telemetry else "")
             + f" memory_budget={self.memory_budget} max_loaded={self.max_loaded} recovery_batch={self.recovery_batch}"
+            + ("" if self.keep_history else " keep_history=off")
         )
 
     @property
@@ -187,6 +193,7 @@ class SimConfig:
             "memory_budget": self.memory_budget,
             "max_loaded": self.max_loaded,
             "recovery_batch": self.recovery_batch,
+            "keep_history": self.keep_history,
         }
         if accepted is not None:
             opts = {k: v for k, v in opts.items() if k in accepted}

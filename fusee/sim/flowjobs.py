@@ -161,8 +161,12 @@ def ready(world: Any, action: Any) -> bool:
 
 
 def observe(world: Any, action: Any, answer: tuple[str, Any]) -> None:
-    obs: FlowObserver = world.plan.flow
+    obs: FlowObserver | None = world.plan.flow
     status, value = answer
+    if isinstance(action, Enqueue) and status == "ok":
+        world.obs.receipt(action.event_id, (str(value[0]), int(value[1])))
+    if obs is None:
+        return  # a scenario's enqueue: its receipt is all there is to note
     if isinstance(action, ScheduleAction):
         obs.schedules[action.id] = action
     elif isinstance(action, ScheduleControl):

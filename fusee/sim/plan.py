@@ -123,6 +123,30 @@ class ObjectCall:
 
 
 @dataclasses.dataclass(frozen=True)
+class Call:
+    """A scenario's object call: ``engine.call(handler, key, arg, call_id=call_id)``, resent
+    with the same call ID until answered (every answer must be the same)."""
+
+    handler: Any
+    key: str
+    arg: Any
+    call_id: str
+
+    @property
+    def id(self) -> str:
+        return f"@{self.handler.obj.name}/{self.key}"
+
+
+@dataclasses.dataclass(frozen=True)
+class ReadStream:
+    """A scenario's stream reader: follows stream ``name`` of ``id`` from offset 0 to its end,
+    reconnecting at its offset after every crash (the client remembers what it read)."""
+
+    id: str
+    name: str
+
+
+@dataclasses.dataclass(frozen=True)
 class ScheduleAction:
     """Make schedule ``id`` of the flow jobs' ``tick`` (see ``fusee.sim.flowjobs``)."""
 
@@ -158,7 +182,7 @@ class Enqueue:
 FLOW_ACTIONS = (ScheduleAction, ScheduleControl, Enqueue)
 
 Action = (Start | Signal | Cancel | Terminate | Update | Query | Complete | Reset | ObjectCall
-          | ScheduleAction | ScheduleControl | Enqueue)
+          | Call | ReadStream | ScheduleAction | ScheduleControl | Enqueue)
 
 
 @dataclasses.dataclass

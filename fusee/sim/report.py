@@ -96,6 +96,13 @@ class Report:
     #: Enqueued events acknowledged (distinct event IDs), and the window runs that took them.
     events_queued: int = 0
     windows_run: int = 0
+    #: Batches the log wrote and records it offloaded to its blob area, over all lives.
+    log_batches: int = 0
+    offloaded: int = 0
+    #: Seeds without history (``keep_history=False``): requests an ended run refused with
+    #: ``HistoryUnavailable`` (a query, a reset), and stream readers cut short by a run's end.
+    history_refused: int = 0
+    streams_cut: int = 0
     sim_ms: int = 0
 
     def line(self) -> str:
@@ -154,6 +161,10 @@ COVERAGE = (
     "schedule_skips",
     "events_queued",
     "windows_run",
+    "log_batches",
+    "offloaded",
+    "history_refused",
+    "streams_cut",
 )
 
 

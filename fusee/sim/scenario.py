@@ -24,9 +24,22 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from fusee import durations
+from fusee.flow.rules import Receipt
 from fusee.sim.checkers import Outcome
 from fusee.sim.config import SimConfig
-from fusee.sim.plan import Action, Cancel, Plan, Query, Signal, Start, Update
+from fusee.sim.plan import (
+    Action,
+    Call,
+    Cancel,
+    Enqueue,
+    Plan,
+    Query,
+    ReadStream,
+    Signal,
+    Start,
+    Terminate,
+    Update,
+)
 from fusee.sim.report import Report
 from fusee.sim.world import SimFailure, World
 
@@ -43,6 +56,17 @@ class ScenarioOutcome:
     answers: dict[str, Outcome]
     report: Report
     trace: list[str]
+    #: Per enqueued event ID, the receipt the client got: the window run (its workflow ID,
+    #: whose result is in ``results`` too) and the event's position in its input.
+    receipts: dict[str, Receipt] = dataclasses.field(default_factory=dict)
+    #: Per (workflow ID, stream name) read with ``read_stream``: the chunks the reader got,
+    #: from offset 0 to the end, across every crash.
+    streams: dict[tuple[str, str], list[Any]] = dataclasses.field(default_factory=dict)
+    #: How each stream read ended ("ok", "failed", ...), by the same keys as ``streams``.
+    stream_ends: dict[tuple[str, str], str | None] = dataclasses.field(default_factory=dict)
+    #: Per object call ID, its answer: "ok" with the handler's result, or "failed" with the
+    #: handler's error as "Type: message" (the same for every resend).
+    calls: dict[str, Outcome] = dataclasses.field(default_factory=dict)
 
     @property
     def crashes(self) -> int:
@@ -103,6 +127,42 @@ class Scenario:
         self._actions.append((durations.to_ms(at), Query(workflow_id, query)))
         return self
 
+    def terminate(self, workflow_id: str, *, at: durations.Duration = 0) -> Scenario:
+        """The client terminates ``workflow_id`` at ``at`` (once its start was acknowledged)."""
+        self._actions.append((durations.to_ms(at), Terminate(workflow_id)))
+        return self
+
+    def read_stream(self, workflow_id: str, name: str, *, at: durations.Duration = 0) -> Scenario:
+        """A client reads stream ``name`` of ``workflow_id`` from ``at`` to its end.
+
+        It reconnects at its offset after every crash; what it read is in
+        ``outcome.streams[(workflow_id, name)]``, how the stream ended in
+        ``outcome.stream_ends``. On the seeds without history (``keep_history=False``,
+        odd seeds) a reader that comes after the run ended gets what it read so far.
+        """
+        self._actions.append((durations.to_ms(at), ReadStream(workflow_id, name)))
+        return self
+
+    def call(self, handler: Any, key: str, arg: Any = None, *, call_id: str | None = None,
+             at: durations.Duration = 0) -> Scenario:
+        """The client calls object ``handler`` (``@obj.exclusive``/``@obj.shared``) for ``key`` at
+        ``at``, resent under one call ID until answered; the answer is in ``outcome.calls``.
+        Give the object's definition among the scenario's workflows."""
+        cid = call_id or f"{handler.obj.name}/{key}/{handler.name}/{len(self._actions)}"
+        self._actions.append((durations.to_ms(at), Call(handler, key, arg, cid)))
+        return self
+
+    def enqueue(self, workflow: Any, key: str, event: Any, *, event_id: str | None = None,
+                at: durations.Duration = 0) -> Scenario:
+        """The client enqueues ``event`` for ``key`` of the debounced or batched ``workflow``
+        (a definition or its name) at ``at``, resent under one event ID until acknowledged.
+        The receipt is in ``outcome.receipts[event_id]``; the window run it names must
+        finish, and its result is in ``outcome.results``."""
+        name = workflow if isinstance(workflow, str) else workflow.name
+        eid = event_id or f"{name}/{key}/{len(self._actions)}"
+        self._actions.append((durations.to_ms(at), Enqueue(name, key, event, eid)))
+        return self
+
     def check(self, fn: Check) -> Check:
         """Adds a check (usable as a decorator): it raises (or returns a message) to fail."""
         self._checks.append(fn)
@@ -129,9 +189,13 @@ class Scenario:
             result = world.run()
         finally:
             world.bury()
-        answers = {uid: o for uid, (_, o) in result.observed.updates.items()}
-        outcome = ScenarioOutcome(seed, dict(result.observed.results), answers, result.report,
-                                  result.trace)
+        obs = result.observed
+        answers = {uid: o for uid, (_, o) in obs.updates.items()}
+        outcome = ScenarioOutcome(
+            seed, dict(obs.results), answers, result.report, result.trace,
+            receipts={eid: Receipt(w, p) for eid, (w, p) in obs.receipts.items()},
+            streams={k: list(v) for k, v in obs.streams.items()}, stream_ends=dict(obs.stream_ends),
+            calls=dict(obs.calls))
         for check in self._checks:
             try:
                 message = check(outcome)

@@ -309,6 +309,15 @@ def build(cfg: SimConfig) -> Plan:
                  resettable, talker, mistyped]
     # A third of seeds encrypt payloads at rest, rotating the key at every crash.
     sim_codec = SimCodec() if cfg.seed % 3 == 1 else None
+    def check_streams(world: Any, snap: Any, final: bool) -> list[str]:
+        return streams.check(snap, world.obs.results, final)
+
+    def check_resettables(world: Any, snap: Any, final: bool) -> list[str]:
+        return check_resettable_lives(world, snap, final)
+
+    def check_plaintext(world: Any, snap: Any, final: bool) -> list[str]:
+        return check_encrypted(world, final)
+
     plan = Plan(
         workflows=workflows,
         on_crash=[deployment.deploy] + ([sim_codec.rotate] if sim_codec else []),
@@ -316,9 +325,7 @@ def build(cfg: SimConfig) -> Plan:
         service=svc,
         engine_options={"codec": sim_codec} if sim_codec else {},
         on_open=[streams.on_open],
-        checks=[lambda world, snap, final: streams.check(snap, world.obs.results, final),
-                lambda world, snap, final: check_resettable_lives(world, snap, final)]
-        + ([lambda world, snap, final: check_encrypted(world, final)] if sim_codec else []),
+        checks=[check_streams, check_resettables] + ([check_plaintext] if sim_codec else []),
         unfinished=streams.unfinished,
         counters=lambda: {
             **streams.counters(),

@@ -26,7 +26,7 @@ import fusee
 from fusee import errors
 from fusee.core import records as rec
 from fusee.runtime.table import dedup_key
-from fusee.sim import checkers, flowjobs, workload
+from fusee.sim import checkers, flowjobs, integrity, workload
 from fusee.sim.checkers import Observed, Outcome, RunView, Snapshot
 from fusee.sim.config import SimConfig
 from fusee.sim.env import SimEnv
@@ -34,10 +34,13 @@ from fusee.sim.loop import SimDeadlock, SimLoop, run_within
 from fusee.sim.plan import (
     FLOW_ACTIONS,
     Action,
+    Call,
     Cancel,
     Complete,
+    Enqueue,
     ObjectCall,
     Plan,
+    ReadStream,
     Reset,
     Signal,
     Start,
@@ -189,6 +192,8 @@ class World:
         self.svc: Any = self.plan.service
         #: Resets in flight: (life, workflow ID).
         self.resetting: set[tuple[int, str]] = set()
+        #: A scenario's window runs its receipts named: watched for their results like starts.
+        self.window_runs: set[str] = set()
         #: The tracer the engine reports spans to, on seeds with telemetry (see ``fusee.sim.tracing``).
         self.tracing: Any = _tracer_for(cfg)
         if self.svc is not None:
@@ -420,7 +425,9 @@ class World:
         else:
             self.report.crashes += 1
         due = self._due_at_crash(kind)
+        crashed_at = self.t
         self._live_read()
+        self._check_integrity(f"at the crash at {self.t * 1000:.3f} ms")
         self.crashed_lives.add(self.life)
         self._end_life()
         if kind == _RESTART or self.disk.killed or self.kill_rng.random() < 0.5:
@@ -444,8 +451,9 @@ class World:
         self.log(f"recovered (life {self.life})")
         self.watched.clear()
         bound = self.cfg.durable_within_ms
-        self._after_recovery(lambda snap: checkers.check_durable(
-            due, snap, f"more than {bound:.1f} ms before the crash at {self.t * 1000:.3f} ms"))
+        # The crash's own time: the lambda runs after recovery, when self.t has moved on.
+        what = f"more than {bound:.1f} ms before the crash at {crashed_at * 1000:.3f} ms"
+        self._after_recovery(lambda snap: checkers.check_durable(due, snap, what))
 
     def _check_restart_progress(self) -> None:
         """Fails the seed when lives keep dying of a failed log without one more durable record.
@@ -492,6 +500,19 @@ class World:
         if problems:
             raise self.fail(problems[0])
         self.log(f"an operator read the live directory: records up to {seen}")
+
+    def _check_integrity(self, when: str) -> None:
+        """The worst power loss now would leave a log that opens, whose batches find their blobs,
+        holding every record the engine counts durable (``fusee.sim.integrity``)."""
+        engine = self.engine
+        if engine is None or self.opening or (self.moved is not None and self.moved[0] == self.life):
+            return  # nothing open, or its directory was moved away (check_moved looks at the copy)
+        log = engine._log
+        durable = None if log.failed is not None else [log.durable(s) for s in range(log.shards)]
+        problems = integrity.check_log_integrity(self.disk, DATA_DIR, log.shards, self.cfg.segment_bytes,
+                                                 durable, when)
+        if problems:
+            raise self.fail(problems[0])
 
     def _view_stuck(self) -> dict[str, str]:
         """``Engine.open(DIR, read_only=True)`` beside the live engine, as ``fusee runs DIR`` opens it
@@ -660,7 +681,7 @@ class World:
     # --- the client -------------------------------------------------------------
 
     def _watch_all(self) -> None:
-        for wid in list(self.obs.starts):
+        for wid in [*self.obs.starts, *sorted(self.window_runs)]:
             self._watch(wid)
         for parent in self.obs.starts:
             for kid, _ in self.obs.children.get(parent, ()):
@@ -719,7 +740,7 @@ class World:
             if not flowjobs.ready(self, action):
                 self._schedule_action(ix, self.loop.now + 0.005)
                 return
-        elif not isinstance(action, Start | ObjectCall) and action.id not in self.obs.starts:
+        elif not isinstance(action, Start | ObjectCall | Call | ReadStream) and action.id not in self.obs.starts:
             # The client only talks to workflows whose start it saw acknowledged.
             self._schedule_action(ix, self.loop.now + 0.005)
             return
@@ -744,6 +765,8 @@ class World:
             answer = ("rejected", None)
         except errors.UpdateFailed:
             answer = ("update_failed", None)
+        except errors.ObjectCallFailed as e:
+            answer = ("failed", f"{e.type_name}: {e.error_message}")
         except _RETRYABLE as e:
             if life == self.life and during_close and not isinstance(e, errors.EngineClosed):
                 self._fail_later(f"{_describe(action)} sent during a close raised {type(e).__name__}: "
@@ -762,6 +785,14 @@ class World:
             return
         except _NOTHING_THERE as e:
             answer = ("nothing", type(e).__name__)
+        except errors.HistoryUnavailable as e:
+            # Without history an ended run cannot answer a query or be reset: as promised.
+            if self.cfg.keep_history:
+                self._fail_later(f"{_describe(action)} raised HistoryUnavailable on an engine that "
+                                 f"keeps history: {e}")
+                return
+            answer = ("nothing", type(e).__name__)
+            self.report.history_refused += 1
         except errors.AlreadyExists:
             answer = ("exists", None)
         except (errors.SerializationError, errors.UnknownSignal) as e:
@@ -814,9 +845,22 @@ class World:
                 return wf
         return workflow
 
+    def _resolve_handler(self, handler: Any) -> Any:
+        """The handler of the same name of the plan's object of the same name (a scenario
+        builds its definitions afresh for every seed)."""
+        for obj in self.plan.workflows:
+            if isinstance(obj, fusee.ObjectDef) and obj.name == handler.obj.name:
+                return obj.handlers.get(handler.name, handler)
+        return handler
+
     async def _request(self, engine: Any, action: Action) -> tuple[str, Any]:
         if isinstance(action, ObjectCall):
             return ("ok", await action.request(engine))
+        if isinstance(action, Call):
+            handler = self._resolve_handler(action.handler)
+            return ("ok", await engine.call(handler, action.key, action.arg, call_id=action.call_id))
+        if isinstance(action, ReadStream):
+            return await self._read_stream(engine, action)
         if isinstance(action, FLOW_ACTIONS):
             return await flowjobs.request(self, engine, action)
         if isinstance(action, Start):
@@ -842,6 +886,25 @@ class World:
         if isinstance(action, Reset):
             return await self._reset(engine, action)
         return ("ok", await engine.query(action.id, action.query))
+
+    async def _read_stream(self, engine: Any, action: ReadStream) -> tuple[str, Any]:
+        """Reads a stream to its end from where this client got to (in any earlier life)."""
+        key = (action.id, action.name)
+        got = self.obs.streams.setdefault(key, [])
+        while True:
+            try:
+                b = await engine.stream_batch(action.id, action.name, len(got), wait=0.050)
+            except errors.NotFound:
+                await asyncio.sleep(_RETRY_S)  # not started yet (a child, or a window run)
+                continue
+            if b.offset != len(got) or b.next_offset != len(got) + len(b.chunks):
+                self._fail_later(f"stream {action.name} of {action.id} read from offset {len(got)} "
+                                 f"answered offset {b.offset} with {len(b.chunks)} chunks and next offset "
+                                 f"{b.next_offset}: an offset was skipped")
+            got.extend(b.chunks)  # durable when answered: a crash cannot take them back
+            if b.ended:
+                self.obs.stream_ends[key] = b.end_status
+                return ("ok", b.end_status)
 
     async def _complete(self, engine: Any, action: Complete) -> list[bool]:
         """Completes every token handed out for ``action.id`` so far, once one is current.
@@ -909,6 +972,10 @@ class World:
         self.log(f"{_describe(action)}: {status} {value!r}")
         if isinstance(action, FLOW_ACTIONS):
             flowjobs.observe(self, action, answer)
+            if self.scenario and isinstance(action, Enqueue) and status == "ok":
+                # The window run it joined is the scenario's too: it must finish, with a result.
+                self.window_runs.add(str(value[0]))
+                self._watch(str(value[0]))
             return
         if isinstance(action, Start):
             self.obs.start_acked(action.id, action.kind)
@@ -940,6 +1007,11 @@ class World:
                 self.report.updates_rejected += status == "rejected"
         elif isinstance(action, ObjectCall):
             action.observe(status, value)
+        elif isinstance(action, Call):
+            self.report.object_calls += 1
+            self.obs.call_answered(action.call_id, Outcome(status, value))
+        elif isinstance(action, ReadStream):
+            self.report.streams_read += status == "ok"
         elif isinstance(action, (Complete, Reset)):
             pass  # each answer was recorded as it came (see _complete, _reset)
         elif status == "ok":
@@ -976,14 +1048,17 @@ class World:
             self.opening = False
         problems = checkers.check_all(self.obs, snap, self.plan.service_violations(), final=final)
         if self.tracing is not None:
-            problems += self.tracing.check(self.obs, snap)
+            problems += checkers.tally("traces", self.tracing.check(self.obs, snap))
         if extra is not None:
             problems += extra(snap)
         for check in self.plan.checks:
-            problems += check(self, snap, final)
+            problems += checkers.tally(getattr(check, "__name__", "plan").removeprefix("check_"),
+                                       check(self, snap, final))
         if self.plan.flow is not None:
             problems += checkers.check_schedule_fires(self.plan.flow, snap.schedules, final=final)
             problems += checkers.check_windows(self.plan.flow, final=final)
+            sent = {a.event_id for a in self.actions if isinstance(a, Enqueue)}
+            problems += checkers.check_window_starts(self.plan.flow, sent, final=final)
         svc = self.svc
         if svc is not None:
             problems += checkers.check_cancel_gate(svc.effects, self.obs.cancels, svc.cancels_seen)
@@ -1002,6 +1077,8 @@ class World:
     def _all_done(self) -> bool:
         if not all(self.acked) or self.plan.unfinished() or not flowjobs.settled(self):
             return False
+        if any(wid not in self.obs.results for wid in self.window_runs):
+            return False
         for wid in self.obs.starts:
             if wid not in self.obs.results:
                 return False
@@ -1017,6 +1094,7 @@ class World:
             for x in [wid, *(k for k, _ in self.obs.children.get(wid, ()))]:
                 if x not in self.obs.results:
                     out.append(f"{x} (no result)")
+        out += [f"{w} (window run, no result)" for w in sorted(self.window_runs) if w not in self.obs.results]
         return out + self.plan.unfinished()
 
     # --- the run ------------------------------------------------------------------
@@ -1132,16 +1210,17 @@ class World:
                 self._handle_due(self.loop.now)
             self._check_service()
         self.log("all finished")
+        self._check_integrity("at the end")
         self._check(final=True)
         self._finish_report()
         self.log("report " + self.report.line())
         return Result(self.report, self.trace, self.obs)
 
     def _check_service(self) -> None:
-        v = self.plan.service_violations()
+        v = checkers.tally("service", self.plan.service_violations())
         if v:
             raise self.fail(v[0])
-        if self.obs.violations:
+        if checkers.tally("online", self.obs.violations):
             raise self.fail(self.obs.violations[0])
 
     def _finish_report(self) -> None:
@@ -1168,6 +1247,10 @@ class World:
             self.report.inline_steps += self.env.steps_inline
             self.report.flush_waits += self.env.flush_waits
             self.env = None
+        log = getattr(self.engine, "_log", None)
+        if log is not None:
+            self.report.log_batches += int(getattr(log, "batches_written", 0))
+            self.report.offloaded += int(getattr(log, "blobs_written", 0))
         stats = getattr(self.engine, "stats", None)
         if callable(stats):
             stats = stats()
@@ -1208,6 +1291,10 @@ def _tracer_for(cfg: SimConfig) -> Any:
 def _describe(action: Action) -> str:
     if isinstance(action, ObjectCall):
         return action.describe()
+    if isinstance(action, Call):
+        return f"call {action.handler.name} {action.key} ({action.call_id})"
+    if isinstance(action, ReadStream):
+        return f"read stream {action.name} of {action.id}"
     if isinstance(action, Start):
         return f"start {action.id} ({action.kind})"
     if isinstance(action, Signal):

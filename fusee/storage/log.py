@@ -719,10 +719,11 @@ class SharedLog(FlushLifecycle):
         s = self.storage
         b = job.builder
         names: list[str] = []
+        early = sabotage.active.early_blobs
         for ref, payload in b.blobs:
-            write_blob(s, self.dir.blob_dir, ref, payload)
+            write_blob(s, self.dir.blob_dir, ref, payload, sync=not early)
             names.append(ref.name)
-        if names:
+        if names and not early:
             self._fsync_dir(self.dir.blob_dir)
         total = fmt.align_up(len(b.buf), self.align)
         if self._offset + total > self.segment_bytes and self._offset > self.align:

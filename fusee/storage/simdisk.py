@@ -407,6 +407,28 @@ class SimDisk:
 
     # --- inspection (tests) ---------------------------------------------------
 
+    def worst_case_image(self) -> SimDisk:
+        """A new disk holding what surely survives a power loss now: every unsynced write and
+        name lost (``power_loss(drop_all=True)`` on a copy, without copying the page cache)."""
+        image = SimDisk(random.Random(0), tear=self.tear, pid=self.pid)
+        image._dirs = {}
+        inodes: dict[int, _Inode] = {}
+        for path, d in self._dirs.items():
+            names: dict[str, _Inode] = {}
+            for name, inode in d.durable.items():
+                copy = inodes.get(inode.serial)
+                if copy is None:
+                    copy = inodes[inode.serial] = _Inode(inode.serial)
+                    copy.disk = bytearray(inode.disk)
+                    copy.data = bytearray(inode.disk)
+                names[name] = copy
+            image._dirs[path] = _Dir(d.serial, durable=names, current=dict(names))
+        # New files and directories of the image take serials none of the copied ones has
+        # (without drawing from this disk's counters, which would change its own run).
+        image._serials = itertools.count(1 + max(inodes, default=0) + (1 << 40))
+        image._dir_serials = itertools.count(1 + max((d.serial for d in image._dirs.values()), default=0) + (1 << 40))
+        return image
+
     def durable_bytes(self, path: str) -> bytes | None:
         """What surely survives a crash for the file at ``path`` (None if its name may not)."""
         d, name = self._parent(path)

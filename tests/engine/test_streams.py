@@ -254,3 +254,29 @@ async def test_a_stream_ended_by_a_failure_reports_its_status() -> None:
             await engine.execute(ends, "e-2", True)
         b = await engine.stream_batch("e-2", "log", 1)
         assert (b.chunks, b.offset, b.next_offset, b.end_status) == ([], 1, 1, "failed")
+
+
+@fusee.workflow("narrator")
+async def narrator(ctx: fusee.Ctx, n: int) -> int:
+    out = ctx.stream("words")
+    for i in range(n):
+        await out.write(i)
+    await out.close()
+    return n
+
+
+@pytest.mark.parametrize("keep_history", [True, False])
+async def test_a_stream_of_an_ended_run_without_history_is_refused_not_cut_short(
+        tmp_path: Path, keep_history: bool) -> None:
+    # Without history an ended run's chunks are dropped: a reader arriving then must be told so,
+    # not answered "ended" at its offset (it would take a stream of 3 chunks for one of 1).
+    async with fusee.Engine.open(tmp_path, workflows=[narrator], keep_history=keep_history) as engine:
+        assert await engine.execute(narrator, "n-1", 3) == 3
+        if keep_history:
+            assert await engine.read_stream_batch("n-1", "words", 1) == ([1, 2], 3, True)
+            assert await collect(engine, "n-1", "words") == [0, 1, 2]
+        else:
+            with pytest.raises(fusee.HistoryUnavailable, match="reading stream 'words'"):
+                await engine.read_stream_batch("n-1", "words", 1)
+            with pytest.raises(fusee.HistoryUnavailable):
+                await collect(engine, "n-1", "words")

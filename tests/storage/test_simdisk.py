@@ -243,3 +243,19 @@ def test_a_failed_sync_names_its_file() -> None:
     with pytest.raises(OSError, match="/e/f") as info:
         d.fdatasync(fh)
     assert info.value.errno == errno.EIO
+
+
+def test_worst_case_image_keeps_only_what_is_synced_and_leaves_the_disk_alone() -> None:
+    d = SimDisk(random.Random(1))
+    d.makedirs("/a")
+    write(d, "/a/synced", b"kept", sync=True)
+    d.fsync_dir("/a")
+    write(d, "/a/synced", b"more", sync=False, offset=4)  # unsynced tail of a durable file
+    write(d, "/a/unnamed", b"data", sync=True)  # synced bytes, but its name never was
+    image = d.worst_case_image()
+    assert read(image, "/a/synced") == b"kept"
+    assert not image.exists("/a/unnamed")
+    # The disk itself still reads everything, and a power loss that drops it all agrees.
+    assert read(d, "/a/synced") == b"keptmore" and d.exists("/a/unnamed")
+    d.power_loss(drop_all=True)
+    assert read(d, "/a/synced") == b"kept" and not d.exists("/a/unnamed")
