@@ -130,11 +130,11 @@ class Metrics:
     stats: dict[str, int]
     #: What the loaded runs are counted as holding, in bytes: per run a constant plus, per
     #: journal record, a constant and its encoded size (see ``fusee.runtime.budget``).
-    loaded_bytes: int
+    loaded_bytes: int = 0
     #: ``Engine.open(memory_budget=...)`` in bytes (None: no budget).
-    memory_budget: int | None
+    memory_budget: int | None = None
     #: Unfinished runs recovery has still to load (they load in batches after the open).
-    runs_to_load: int
+    runs_to_load: int = 0
     #: The continuous backup's position, lag and failures (None without ``backup=``).
     backup: BackupStatus | None = None
 
