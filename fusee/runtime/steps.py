@@ -87,6 +87,8 @@ def _awaitable(value: Any) -> bool:
 
 #: Steps a lone chain may start in a row before it lets the loop take a turn.
 _DIRECT_STREAK = 32
+#: Turns of the loop released steps wait at most, after a long step function, for what became ready.
+_YIELDS = 16
 
 
 class StepRunner:
@@ -116,6 +118,8 @@ class StepRunner:
         self.limited = False
         #: Spans and metrics of attempts (set by ``Runtime.use_telemetry``); None: off.
         self.telemetry: TelemetryHooks | None = None
+        #: Step functions called on the loop's thread so far.
+        self.lends = 0
 
     # --- starting ----------------------------------------------------------------
 
@@ -180,15 +184,35 @@ class StepRunner:
         self._gated = waiting
         if waiting:
             self.rt.committer.request_flush()
-        # Each released step appends its outcome (or its next gate) in this callback: none
-        # may flush for itself meanwhile, so the flush that follows carries them all.
+        # Each released step appends its outcome (or its next gate) in this turn: none may
+        # flush for itself meanwhile, so the flush that follows carries them all.
+        self.rt.committer.expect(len(ready))
+        self._run_released(ready, 0, 0)
+
+    def _run_released(self, ready: list[tuple[Run, int, StepCall]], i: int, yields: int) -> None:
+        """Starts the released steps ``ready[i:]`` (producers the committer expects) one after another.
+
+        After a step function that held the loop's thread for longer than a flush,
+        the rest wait for what became ready meanwhile (an outcome from the pool, a
+        flush's end, each a few callbacks away), ``_YIELDS`` turns at most: the next
+        function may hold the thread as long, and those records would wait for it.
+        """
         committer = self.rt.committer
-        committer.expect(len(ready))
-        for run, seq, call in ready:
+        loop = self.rt.loop
+        if yields and yields < _YIELDS and getattr(loop, "_ready", None):
+            loop.call_soon(self._run_released, ready, i, yields + 1)
+            return
+        while i < len(ready):
+            run, seq, call = ready[i]
+            i += 1
+            lends = self.lends
             try:
                 self._start_step(run, seq, call)
             finally:
                 committer.landed()
+            if i < len(ready) and self.lends != lends and committer.lends_are_long:
+                loop.call_soon(self._run_released, ready, i, 1)
+                return
 
     def has_gated(self) -> bool:
         """Steps wait for their gates to become durable."""
@@ -315,6 +339,23 @@ class StepRunner:
                 self.telemetry.leave_step(traced)  # type: ignore[union-attr]
         self._step_result(run, seq, value)
 
+    async def _after_ready(self) -> bool:
+        """Before a step function that may hold the loop's thread long, lets what is ready run first.
+
+        Only while such functions held it longer than a flush (``lends_are_long``), and for
+        ``_YIELDS`` turns at most: an outcome from the pool or a flush's end, a few callbacks
+        away, is then journaled (and handed to the disk) before the thread is lent again.
+        Returns whether the loop took a turn (anything may have happened meanwhile).
+        """
+        if not self.rt.committer.lends_are_long:
+            return False
+        loop = self.rt.loop
+        for turns in range(_YIELDS):
+            if not getattr(loop, "_ready", None):
+                return turns > 0
+            await asyncio.sleep(0)
+        return True
+
     def _call_inline(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
         """Calls a synchronous step function on the loop's thread, timed (see ``syncsteps``).
 
@@ -328,7 +369,10 @@ class StepRunner:
         try:
             return env.call_inline(fn, *args)
         finally:
-            self.sync_policy.observe(fn, env.monotonic() - began, True)
+            took = env.monotonic() - began
+            self.lends += 1
+            self.rt.committer.lent(took)
+            self.sync_policy.observe(fn, took, True)
 
     async def _permit(self, run: Run, seq: int, call: StepCall) -> bool:
         """Waits for the step's permit (fusee.limits); False if the step may no longer start."""
@@ -596,6 +640,10 @@ class StepRunner:
             return await self._supervise(run, seq, call, asyncio.ensure_future(fn(*args)), False)
         inline = call.timeout_s is None and call.heartbeat_s is None and self.sync_policy.runs_inline(fn)
         if inline:
+            if await self._after_ready() and (
+                    (run.cancel_pending and not sabotage.active.step_after_cancel) or self.rt.closing
+                    or not (self.rt.log.may_act() or sabotage.active.step_ignores_lease_deadline)):
+                raise _NotStarted()  # a cancel (or close, or the lease's end) came meanwhile: as in _in_pool
             try:
                 result = self._call_inline(fn, args)
             except WrongEventLoop:
