@@ -85,9 +85,17 @@ def _awaitable(value: Any) -> bool:
     return type(value) not in _PLAIN and inspect.isawaitable(value)
 
 
+def _has_work(loop: asyncio.AbstractEventLoop) -> bool:
+    """Whether the loop has callbacks ready or timers due (asyncio's own queues, looked at, not changed)."""
+    if getattr(loop, "_ready", None):
+        return True
+    timers = getattr(loop, "_scheduled", None)  # a heap: the first is the earliest
+    return bool(timers) and timers[0].when() <= loop.time()
+
+
 #: Steps a lone chain may start in a row before it lets the loop take a turn.
 _DIRECT_STREAK = 32
-#: Turns of the loop released steps wait at most, after a long step function, for what became ready.
+#: Turns of the loop a step function waits at most, after long ones, for what became ready.
 _YIELDS = 16
 
 
@@ -118,7 +126,7 @@ class StepRunner:
         self.limited = False
         #: Spans and metrics of attempts (set by ``Runtime.use_telemetry``); None: off.
         self.telemetry: TelemetryHooks | None = None
-        #: Step functions called on the loop's thread so far.
+        #: Step functions lent the loop's thread so far.
         self.lends = 0
 
     # --- starting ----------------------------------------------------------------
@@ -186,33 +194,13 @@ class StepRunner:
             self.rt.committer.request_flush()
         # Each released step appends its outcome (or its next gate) in this turn: none may
         # flush for itself meanwhile, so the flush that follows carries them all.
-        self.rt.committer.expect(len(ready))
-        self._run_released(ready, 0, 0)
-
-    def _run_released(self, ready: list[tuple[Run, int, StepCall]], i: int, yields: int) -> None:
-        """Starts the released steps ``ready[i:]`` (producers the committer expects) one after another.
-
-        After a step function that held the loop's thread for longer than a flush,
-        the rest wait for what became ready meanwhile (an outcome from the pool, a
-        flush's end, each a few callbacks away), ``_YIELDS`` turns at most: the next
-        function may hold the thread as long, and those records would wait for it.
-        """
         committer = self.rt.committer
-        loop = self.rt.loop
-        if yields and yields < _YIELDS and getattr(loop, "_ready", None):
-            loop.call_soon(self._run_released, ready, i, yields + 1)
-            return
-        while i < len(ready):
-            run, seq, call = ready[i]
-            i += 1
-            lends = self.lends
+        committer.expect(len(ready))
+        for run, seq, call in ready:
             try:
                 self._start_step(run, seq, call)
             finally:
                 committer.landed()
-            if i < len(ready) and self.lends != lends and committer.lends_are_long:
-                loop.call_soon(self._run_released, ready, i, 1)
-                return
 
     def has_gated(self) -> bool:
         """Steps wait for their gates to become durable."""
@@ -291,6 +279,9 @@ class StepRunner:
             # back for as long as this function runs. After the pump, then.
             self.rt.loop.call_soon(self._start_step, run, seq, call)
             return
+        if not call.is_async and self._wait_for_ready(call) and self.sync_policy.runs_inline(call.fn):
+            self.rt.loop.call_soon(self._start_step, run, seq, call)
+            return
         args = (self._info(run, seq, call, call.attempt),) if call.takes_info else ()
         run.executing[seq] = None
         self.executing += 1
@@ -339,22 +330,32 @@ class StepRunner:
                 self.telemetry.leave_step(traced)  # type: ignore[union-attr]
         self._step_result(run, seq, value)
 
-    async def _after_ready(self) -> bool:
-        """Before a step function that may hold the loop's thread long, lets what is ready run first.
+    def _wait_for_ready(self, call: StepCall) -> bool:
+        """Whether a step function about to be lent the loop's thread should let what is ready run first.
 
-        Only while such functions held it longer than a flush (``lends_are_long``), and for
-        ``_YIELDS`` turns at most: an outcome from the pool or a flush's end, a few callbacks
-        away, is then journaled (and handed to the disk) before the thread is lent again.
-        Returns whether the loop took a turn (anything may have happened meanwhile).
+        While step functions held the thread longer than a flush (``lends_are_long``), and
+        ``_YIELDS`` turns of the loop at most since the thread was last lent: an outcome from
+        the pool or a flush's end, a few callbacks away, is then journaled and handed to the
+        disk instead of waiting behind this function (and every other one lent the thread in
+        the same turn).
         """
-        if not self.rt.committer.lends_are_long:
+        if not self.rt.committer.lends_are_long or not _has_work(self.rt.loop):
             return False
-        loop = self.rt.loop
-        for turns in range(_YIELDS):
-            if not getattr(loop, "_ready", None):
-                return turns > 0
-            await asyncio.sleep(0)
+        if call.waited_after != self.lends:
+            # The thread was lent since this step last waited: its turns count anew.
+            call.waited_after, call.turns_waited = self.lends, 0
+        if call.turns_waited >= _YIELDS:
+            return False
+        call.turns_waited += 1
         return True
+
+    async def _after_ready(self, call: StepCall) -> bool:
+        """``_wait_for_ready`` for an attempt in a task; returns whether the loop took a turn."""
+        waited = False
+        while self._wait_for_ready(call):
+            waited = True
+            await asyncio.sleep(0)
+        return waited
 
     def _call_inline(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
         """Calls a synchronous step function on the loop's thread, timed (see ``syncsteps``).
@@ -640,7 +641,7 @@ class StepRunner:
             return await self._supervise(run, seq, call, asyncio.ensure_future(fn(*args)), False)
         inline = call.timeout_s is None and call.heartbeat_s is None and self.sync_policy.runs_inline(fn)
         if inline:
-            if await self._after_ready() and (
+            if await self._after_ready(call) and (
                     (run.cancel_pending and not sabotage.active.step_after_cancel) or self.rt.closing
                     or not (self.rt.log.may_act() or sabotage.active.step_ignores_lease_deadline)):
                 raise _NotStarted()  # a cancel (or close, or the lease's end) came meanwhile: as in _in_pool
