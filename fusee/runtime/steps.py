@@ -89,7 +89,7 @@ def _has_work(loop: asyncio.AbstractEventLoop) -> bool:
     """Whether the loop has callbacks ready or timers due (asyncio's own queues, looked at, not changed)."""
     if getattr(loop, "_ready", None):
         return True
-    timers = getattr(loop, "_scheduled", None)  # a heap: the first is the earliest
+    timers: list[asyncio.TimerHandle] = getattr(loop, "_scheduled", None) or []  # a heap: earliest first
     return bool(timers) and timers[0].when() <= loop.time()
 
 
