@@ -192,8 +192,8 @@ class StepRunner:
         self._gated = waiting
         if waiting:
             self.rt.committer.request_flush()
-        # Each released step appends its outcome (or its next gate) in this turn: none may
-        # flush for itself meanwhile, so the flush that follows carries them all.
+        # Each released step appends its outcome (or its next gate) in this callback: none
+        # may flush for itself meanwhile, so the flush that follows carries them all.
         committer = self.rt.committer
         committer.expect(len(ready))
         for run, seq, call in ready:
