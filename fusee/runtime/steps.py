@@ -640,11 +640,12 @@ class StepRunner:
         if call.is_async:
             return await self._supervise(run, seq, call, asyncio.ensure_future(fn(*args)), False)
         inline = call.timeout_s is None and call.heartbeat_s is None and self.sync_policy.runs_inline(fn)
-        if inline:
-            if await self._after_ready(call) and (
-                    (run.cancel_pending and not sabotage.active.step_after_cancel) or self.rt.closing
+        if inline and await self._after_ready(call):
+            if ((run.cancel_pending and not sabotage.active.step_after_cancel) or self.rt.closing
                     or not (self.rt.log.may_act() or sabotage.active.step_ignores_lease_deadline)):
                 raise _NotStarted()  # a cancel (or close, or the lease's end) came meanwhile: as in _in_pool
+            inline = self.sync_policy.runs_inline(fn)  # another execution may have sent it to the pool
+        if inline:
             try:
                 result = self._call_inline(fn, args)
             except WrongEventLoop:
