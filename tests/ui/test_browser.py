@@ -156,8 +156,10 @@ def test_the_run_page_draws_a_waterfall_to_scale() -> None:
         assert ops[("fetch", "2")]["left"] >= ops[("fetch", "1")]["right"] - 1
         # Two permits for three payments held 100 ms each: the third queued for one, drawn just before its bar.
         queued = max((b for b in bars if b["cls"] == "queued"), key=lambda b: b["ms"])
-        assert queued["ms"] >= 90, queued
         assert queued["op"].startswith("pay-") and abs(queued["right"] - ops[(queued["op"], "1")]["left"]) < 1.0
+        # It got its permit when another payment let one go (not a wall-clock bound: load only delays).
+        others = [ops[(f"pay-{i}", "1")] for i in range(3) if f"pay-{i}" != queued["op"]]
+        assert ops[(queued["op"], "1")]["left"] >= min(o["right"] for o in others) - 1.0, (queued, others)
         assert d.find_element(By.CSS_SELECTOR, "tr.step-row[data-name='backoff'] td.took").text.endswith(" ms")
 
 
