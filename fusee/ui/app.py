@@ -265,8 +265,9 @@ class _UI:
             out.append((name, hint))
         return out
 
-    async def start(self, request: Request) -> Response:
-        """Starts a run from the runs page's form (workflow, ID, input as JSON), then shows it."""
+    async def refused(self, request: Request) -> Response | None:
+        """The error page for a form that may not act (over the size limit: 413; a missing or
+        foreign CSRF token, another site: 403), or None; the form stays read for the caller."""
         try:
             form = await self.form(request)
         except ValueError as e:
@@ -274,6 +275,14 @@ class _UI:
         refusal = self.csrf.refusal(request, form.get(CSRF_FIELD))
         if refusal is not None:
             return self.render(request, "error.html", status_code=403, title="Refused", message=refusal)
+        return None
+
+    async def start(self, request: Request) -> Response:
+        """Starts a run from the runs page's form (workflow, ID, input as JSON), then shows it."""
+        refused = await self.refused(request)
+        if refused is not None:
+            return refused
+        form = await self.form(request)  # read already: the fields are kept
         typed = {k: str(form.get(k, "")) for k in ("workflow", "workflow_id", "input")}
         wid = typed["workflow_id"].strip()
         try:
@@ -375,13 +384,10 @@ class _UI:
     async def action(self, request: Request) -> Response:
         wid = request.path_params["wid"]
         what = request.path_params["action"]
-        try:
-            form = await self.form(request)
-        except ValueError as e:
-            return self.render(request, "error.html", status_code=413, title="Refused", message=str(e))
-        refusal = self.csrf.refusal(request, form.get(CSRF_FIELD))
-        if refusal is not None:
-            return self.render(request, "error.html", status_code=403, title="Refused", message=refusal)
+        refused = await self.refused(request)
+        if refused is not None:
+            return refused
+        form = await self.form(request)  # read already: the fields are kept
         engine = self.engine
         by = user_of(request.scope) or BY
         try:

@@ -15,7 +15,6 @@ from starlette.responses import RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from fusee.errors import FuseeError, NotFound, UnknownLimit
-from fusee.ui.csrf import FIELD as CSRF_FIELD
 
 if TYPE_CHECKING:
     from fusee.ui.app import _UI
@@ -90,7 +89,7 @@ class FlowPages:
 
     async def schedule_action(self, request: Request) -> Response:
         what, sid = request.path_params["action"], request.path_params["sid"]
-        refused = await self.refusal(request)
+        refused = await self.ui.refused(request)
         if refused is not None:
             return refused
         act = {"pause": self.engine.pause_schedule, "unpause": self.engine.unpause_schedule,
@@ -126,7 +125,7 @@ class FlowPages:
 
     async def resize(self, request: Request) -> Response:
         name = request.path_params["name"]
-        refused = await self.refusal(request)
+        refused = await self.ui.refused(request)
         if refused is not None:
             return refused
         form = await self.ui.form(request)  # read already: the fields are kept
@@ -141,15 +140,6 @@ class FlowPages:
         base = request.scope.get("root_path", "").rstrip("/")
         return RedirectResponse(f"{base}/limits?done=resize", status_code=303)
 
-    async def refusal(self, request: Request) -> Response | None:
-        try:
-            form = await self.ui.form(request)
-        except ValueError as e:
-            return self.ui.render(request, "error.html", status_code=413, title="Refused", message=str(e))
-        refusal = self.ui.csrf.refusal(request, form.get(CSRF_FIELD))
-        if refusal is not None:
-            return self.ui.render(request, "error.html", status_code=403, title="Refused", message=refusal)
-        return None
 
 
 def _utc(text: str, what: str) -> datetime.datetime:

@@ -20,7 +20,6 @@ from starlette.routing import BaseRoute, Route
 
 from fusee import objects
 from fusee.errors import FuseeError, ObjectVersionConflict
-from fusee.ui.csrf import FIELD as CSRF_FIELD
 
 if TYPE_CHECKING:
     from fusee.ui.app import _UI
@@ -83,13 +82,10 @@ class ObjectPages:
 
     async def action(self, request: Request) -> Response:
         what, name, key = (request.path_params[k] for k in ("action", "name", "key"))
-        try:
-            form = await self.ui.form(request)
-        except ValueError as e:
-            return self.ui.render(request, "error.html", status_code=413, title="Refused", message=str(e))
-        refusal = self.ui.csrf.refusal(request, form.get(CSRF_FIELD))
-        if refusal is not None:
-            return self.ui.render(request, "error.html", status_code=403, title="Refused", message=refusal)
+        refused = await self.ui.refused(request)
+        if refused is not None:
+            return refused
+        form = await self.ui.form(request)  # read already: the fields are kept
         obj = self.declared().get(name)
         if obj is None or what not in FLASH:
             return self.ui.render(request, "error.html", status_code=404, title="Not found",
