@@ -94,6 +94,8 @@ class StepCall(Op):
         "retry",
         "takes_info",
         "timeout_s",
+        "turns_waited",
+        "waited_after",
     )
 
     def __init__(
@@ -134,6 +136,10 @@ class StepCall(Op):
         self.is_await = False
         #: An attempt that reports no heartbeat for this long fails (None: no limit).
         self.heartbeat_s: float | None = None
+        #: Turns of the loop the next inline execution waited for what was ready since the loop's
+        #: thread was last lent (that lend's number, ``StepRunner.lends``): see StepRunner.
+        self.turns_waited = 0
+        self.waited_after = -1
         self.takes_info, self.is_async, _ = described if described is not None else describe_fn(fn)
 
 

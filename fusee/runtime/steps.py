@@ -85,8 +85,18 @@ def _awaitable(value: Any) -> bool:
     return type(value) not in _PLAIN and inspect.isawaitable(value)
 
 
+def _has_work(loop: asyncio.AbstractEventLoop) -> bool:
+    """Whether the loop has callbacks ready or timers due (asyncio's own queues, looked at, not changed)."""
+    if getattr(loop, "_ready", None):
+        return True
+    timers: list[asyncio.TimerHandle] = getattr(loop, "_scheduled", None) or []  # a heap: earliest first
+    return bool(timers) and timers[0].when() <= loop.time()
+
+
 #: Steps a lone chain may start in a row before it lets the loop take a turn.
 _DIRECT_STREAK = 32
+#: Turns of the loop a step function waits at most, after long ones, for what became ready.
+_YIELDS = 16
 
 
 class StepRunner:
@@ -116,6 +126,8 @@ class StepRunner:
         self.limited = False
         #: Spans and metrics of attempts (set by ``Runtime.use_telemetry``); None: off.
         self.telemetry: TelemetryHooks | None = None
+        #: Step functions lent the loop's thread so far.
+        self.lends = 0
 
     # --- starting ----------------------------------------------------------------
 
@@ -267,6 +279,9 @@ class StepRunner:
             # back for as long as this function runs. After the pump, then.
             self.rt.loop.call_soon(self._start_step, run, seq, call)
             return
+        if not call.is_async and self._wait_for_ready(call) and self.sync_policy.runs_inline(call.fn):
+            self.rt.loop.call_soon(self._start_step, run, seq, call)
+            return
         args = (self._info(run, seq, call, call.attempt),) if call.takes_info else ()
         run.executing[seq] = None
         self.executing += 1
@@ -315,6 +330,33 @@ class StepRunner:
                 self.telemetry.leave_step(traced)  # type: ignore[union-attr]
         self._step_result(run, seq, value)
 
+    def _wait_for_ready(self, call: StepCall) -> bool:
+        """Whether a step function about to be lent the loop's thread should let what is ready run first.
+
+        While step functions held the thread longer than a flush (``lends_are_long``), and
+        ``_YIELDS`` turns of the loop at most since the thread was last lent: an outcome from
+        the pool or a flush's end, a few callbacks away, is then journaled and handed to the
+        disk instead of waiting behind this function (and every other one lent the thread in
+        the same turn).
+        """
+        if not self.rt.committer.lends_are_long or not _has_work(self.rt.loop):
+            return False
+        if call.waited_after != self.lends:
+            # The thread was lent since this step last waited: its turns count anew.
+            call.waited_after, call.turns_waited = self.lends, 0
+        if call.turns_waited >= _YIELDS:
+            return False
+        call.turns_waited += 1
+        return True
+
+    async def _after_ready(self, call: StepCall) -> bool:
+        """``_wait_for_ready`` for an attempt in a task; returns whether the loop took a turn."""
+        waited = False
+        while self._wait_for_ready(call):
+            waited = True
+            await asyncio.sleep(0)
+        return waited
+
     def _call_inline(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
         """Calls a synchronous step function on the loop's thread, timed (see ``syncsteps``).
 
@@ -328,7 +370,10 @@ class StepRunner:
         try:
             return env.call_inline(fn, *args)
         finally:
-            self.sync_policy.observe(fn, env.monotonic() - began, True)
+            took = env.monotonic() - began
+            self.lends += 1
+            self.rt.committer.lent(took)
+            self.sync_policy.observe(fn, took, True)
 
     async def _permit(self, run: Run, seq: int, call: StepCall) -> bool:
         """Waits for the step's permit (fusee.limits); False if the step may no longer start."""
@@ -595,6 +640,11 @@ class StepRunner:
         if call.is_async:
             return await self._supervise(run, seq, call, asyncio.ensure_future(fn(*args)), False)
         inline = call.timeout_s is None and call.heartbeat_s is None and self.sync_policy.runs_inline(fn)
+        if inline and await self._after_ready(call):
+            if ((run.cancel_pending and not sabotage.active.step_after_cancel) or self.rt.closing
+                    or not (self.rt.log.may_act() or sabotage.active.step_ignores_lease_deadline)):
+                raise _NotStarted()  # a cancel (or close, or the lease's end) came meanwhile: as in _in_pool
+            inline = self.sync_policy.runs_inline(fn)  # another execution may have sent it to the pool
         if inline:
             try:
                 result = self._call_inline(fn, args)

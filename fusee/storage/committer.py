@@ -113,8 +113,11 @@ class GroupCommitter:
         # Schedules a call after a delay and returns its cancel (the loop's timer by default).
         self._hold_timer = hold_timer if hold_timer is not None else self._loop_timer
         self._hold_cancel: Callable[[], None] | None = None
-        #: When the current hold began (this committer's clock).
-        self._held_at = 0.0
+        # When records pending began to wait for producers (a hold, or a hand-off that left
+        # them for the producers' records to join), on this committer's clock; None: they do not.
+        self._waiting_since: float | None = None
+        # How long the last step function lent the loop's thread held it (``lent``).
+        self._lent_s = 0.0
         self._clock = clock
         # Runs an inline flush's blocking part on the loop's thread (the simulator passes time there).
         self._run_inline = run_inline
@@ -205,21 +208,38 @@ class GroupCommitter:
         Called before the loop's thread is lent to a step function: the disk
         then works on what is pending meanwhile instead of after it. A flush
         whose thread already finished is completed here first (the loop may
-        not have heard of it yet, if step functions ran back to back). Not
-        while producers are outstanding: their records join this flush instead.
+        not have heard of it yet, if step functions ran back to back). While
+        producers are outstanding their records may join this flush instead,
+        if that keeps what is pending waiting one flush time at most: counted
+        from the first hand-off that left it, plus the coming function's time
+        (guessed from the last one's, see ``lent``).
         """
         job = self._inflight
         if job is not None and job.done:
             self._finish_inflight(job)
-        # Producers still out are waited for one flush time at most: step functions lent the
-        # loop back to back would otherwise keep the hold's timer from ever firing.
-        waited_enough = self._hold_futile or (
-            self._hold_cancel is not None and self._clock() - self._held_at >= self.hold_s)
-        if (self._inflight is None and (not self.producers or waited_enough) and not self._closed
-                and self.log.failed is None and self.log.has_pending()):
-            if self.producers:
-                self._hold_ran_out_early()
-            self._launch()
+        if (self._inflight is not None or self._closed or self.log.failed is not None
+                or not self.log.has_pending()):
+            return
+        if self.producers and not self._hold_futile:
+            # No producer lands while the function runs, and no hold's timer fires: leaving
+            # the records for the producers costs them the function's whole time.
+            now = self._clock()
+            if self._waiting_since is None:
+                self._waiting_since = now
+            if now - self._waiting_since + self._lent_s < self.hold_s:
+                return
+            self._hold_ran_out_early()
+        self._launch()
+
+    def lent(self, seconds: float) -> None:
+        """The loop's thread came back from a step function (see ``hand_off``) after ``seconds``."""
+        # One short call among long ones says little: the guess decays rather than drops.
+        self._lent_s = max(seconds, self._lent_s / 2)
+
+    @property
+    def lends_are_long(self) -> bool:
+        """Whether step functions lent the loop's thread lately held it longer than one flush time."""
+        return self._lent_s >= self.hold_s
 
     def checkpoint(self, state: bytes, covers: Sequence[int] | None = None) -> None:
         """``SharedLog.checkpoint`` (blocking); waiters it made durable wake up.
@@ -354,13 +374,18 @@ class GroupCommitter:
         if self.log.failed is not None or not self.log.has_pending():
             self._resolve(self._next_fut)  # failed, or a checkpoint flushed it already
             self._next_fut = None
+            self._waiting_since = None
             return
         if self.producers and not self._hold_futile:
             # Records are about to come (executions in flight): wait for them, one flush time at most.
             self._start_scheduled = True
             self.holds += 1
-            self._held_at = self._clock()
-            self._hold_cancel = self._hold_timer(self.hold_s, self._hold_ran_out)
+            now = self._clock()
+            if self._waiting_since is None:
+                self._waiting_since = now
+            # One flush time from when the records began to wait (a hand-off may have left them).
+            self._hold_cancel = self._hold_timer(max(0.0, self.hold_s - (now - self._waiting_since)),
+                                                 self._hold_ran_out)
             return
         if self._inline and not self.producers and self._loop_idle():
             self._flush_inline()  # nothing else could run meanwhile: the lowest latency
@@ -390,6 +415,7 @@ class GroupCommitter:
 
     def _flush_inline(self) -> None:
         self._end_hold()
+        self._waiting_since = None  # the flush takes everything pending
         job = self.log.begin_flush()
         if job is None:
             return
@@ -406,6 +432,7 @@ class GroupCommitter:
 
     def _launch(self) -> None:
         self._end_hold()
+        self._waiting_since = None  # the flush takes everything pending
         job = self.log.begin_flush()
         assert job is not None and self._inflight is None
         self._inflight = job
@@ -450,6 +477,8 @@ class GroupCommitter:
         if self._inflight is None:
             self._resolve(self._next_fut)
             self._next_fut = None
+        if not self.log.has_pending():
+            self._waiting_since = None
 
     def _complete(self, job: FlushJob) -> None:
         try:

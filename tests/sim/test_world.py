@@ -24,30 +24,12 @@ CI_SEEDS = int(os.environ.get("FUSEE_SIM_SEEDS", "300"))
 SABOTAGE_BOUND = int(os.environ.get("FUSEE_SABOTAGE_SEEDS", "2000"))
 
 
-_INLINE_STALLS = (
-    "a finished step's outcome waits behind synchronous step functions run inline back to back "
-    "(checkers.stalled excuses none but the first): the hand-off to the log's thread is skipped "
-    "while the steps one release started count as producers (GroupCommitter.hand_off), and an "
-    "async or pooled step that finished during one inline call is journaled only after the next ones"
-)
-
 #: Engine bugs the simulator found that are not fixed yet: failure message
 #: pattern -> (a seed that shows it, what is wrong). A seed failing with one of
 #: these is reported, not counted; each has an expected-to-fail regression
 #: test below, which starts failing (strict) once the bug is fixed: then
 #: delete the entry.
-KNOWN_ENGINE_BUGS: dict[str, tuple[int, str]] = {
-    # Seeds with every synchronous step inline (inline_sync_steps=True) and step functions
-    # blocking up to 60 ms. Before the memory-pressure and recovery-batch knobs, seeds 463, 516,
-    # 1430 and 1643 failed the same way (4 of the 40 such seeds in 300..3000). Small recovery
-    # batches make it likelier (11 of those 40: a run loaded in a later batch starts its
-    # inline step while other runs' outcomes wait), and moved these seeds (920 is also a
-    # regression seed) into it. Patterns name each failure exactly, so no other durability
-    # failure (a sabotage's, say) passes for them.
-    r"^step 'leg2' of wf-17 \(wf-17/3603421004625034509/2\) finished at 590\.210 ms": (106, _INLINE_STALLS),
-    r"^step 'charge' of wf-23 \(wf-23/875811496024481524/1\) finished at 600\.186 ms": (169, _INLINE_STALLS),
-    r"^step 'store' of wf-13 \(wf-13/3816215529762955149/2\) finished at 1395\.570 ms": (920, _INLINE_STALLS),
-}
+KNOWN_ENGINE_BUGS: dict[str, tuple[int, str]] = {}
 
 
 def _known_bug(message: str) -> str | None:

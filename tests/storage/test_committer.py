@@ -304,6 +304,65 @@ def test_hand_off_starts_what_is_pending_and_reaps_a_finished_flush(disk: tuple[
     asyncio.run(main())
 
 
+def test_hand_off_leaves_records_for_producers_one_flush_time_at_most(disk: tuple[Storage, str]) -> None:
+    """Step functions lent the loop's thread back to back while the steps a flush released are
+    still producers: what is pending waits for their records one flush time at most, counted
+    from the first hand-off that left it; no hold's timer can fire meanwhile."""
+    storage, path = disk
+    log = open_log(storage, path)
+    now = [0.0]
+
+    async def main() -> None:
+        # The hold's timer never fires: the loop's thread is busy with step functions.
+        c = GroupCommitter(log, mode="background", clock=lambda: now[0],
+                           hold_timer=lambda delay, fn: lambda: None)
+        c.expect(4)
+        lsn = c.append(0, b"outcome")
+        for _ in range(3):  # cheap functions: the records wait for the producers' to join them
+            c.hand_off()
+            assert not c.flushing
+            now[0] += c.hold_s / 10
+            c.lent(c.hold_s / 10)
+            c.landed()
+            c.append(0, b"next gate")
+        now[0] += c.hold_s  # one function ran for a flush time: no more waiting
+        c.lent(c.hold_s / 10)
+        c.hand_off()
+        assert c.flushing
+        c.landed()
+        await c.wait_durable(0, lsn)
+        await c.close()
+
+    asyncio.run(main())
+
+
+def test_hand_off_does_not_leave_records_behind_a_function_as_long_as_the_last(
+        disk: tuple[Storage, str]) -> None:
+    """Once a step function held the loop's thread longer than a flush, the next hand-off with
+    producers out sends what is pending at once: the coming function would hold it as long."""
+    storage, path = disk
+    log = open_log(storage, path)
+    now = [0.0]
+
+    async def main() -> None:
+        c = GroupCommitter(log, mode="background", clock=lambda: now[0],
+                           hold_timer=lambda delay, fn: lambda: None)
+        c.expect(3)
+        c.hand_off()  # nothing pending: nothing to start
+        now[0] += 0.040
+        c.lent(0.040)  # a function blocked the loop for 40 ms
+        c.landed()
+        lsn = c.append(0, b"outcome of the first")
+        c.hand_off()
+        assert c.flushing, "the outcome would have waited 40 ms more for the producers"
+        c.landed()
+        c.landed()
+        await c.wait_durable(0, lsn)
+        await c.close()
+
+    asyncio.run(main())
+
+
 def test_flush_mode_from_the_environment_overrides_the_argument(monkeypatch: pytest.MonkeyPatch) -> None:
     from fusee.storage import flush_modes
 
