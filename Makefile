@@ -40,8 +40,9 @@ perf: $(STAMP)
 SEEDS ?= 0..20000
 JOBS ?= 2
 SOAK_OUT ?= bench/results/soak
+SOAK_ARGS ?=
 soak: $(STAMP)
-	$(PY) -m fusee.sim.soak --seeds $(SEEDS) --jobs $(JOBS) --out $(SOAK_OUT)
+	$(PY) -m fusee.sim.soak --seeds $(SEEDS) --jobs $(JOBS) --out $(SOAK_OUT) $(SOAK_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

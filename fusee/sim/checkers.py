@@ -154,6 +154,9 @@ class Observed:
     children: dict[str, list[tuple[str, str]]] = dataclasses.field(default_factory=dict)
     #: Acknowledged (durable) cancels: workflow ID -> virtual time of the acknowledgement.
     cancels: dict[str, float] = dataclasses.field(default_factory=dict)
+    #: Calls with effects made before each cancel's acknowledgement (``Service.effects``), which
+    #: orders them when they share its virtual time.
+    cancel_effects: dict[str, int] = dataclasses.field(default_factory=dict)
     #: Answers to ``engine.complete``/``fail_completion``: (workflow ID, token,
     #: accepted, value; -1 for a failure), in arrival order.
     completions: list[tuple[str, str, bool, int]] = dataclasses.field(default_factory=list)
@@ -640,18 +643,21 @@ def check_durable(due: Iterable[Any], snap: Snapshot, what: str) -> list[str]:
 
 @tallied
 def check_cancel_gate(effects: Iterable[Any], cancels: dict[str, float],
-                      seen: dict[str, list[tuple[int, float]]]) -> list[str]:
+                      seen: dict[str, list[tuple[int, float]]],
+                      before_ack: dict[str, int] | None = None) -> list[str]:
     """After a durable cancel no execution of a step of its run begins until the code saw ``Cancelled``.
 
     ``cancels``: workflow ID -> virtual time its cancel was acknowledged
     (durable); ``seen``: workflow ID -> [(life, virtual time)] the code
-    caught ``Cancelled`` (steps it starts then are compensation).
+    caught ``Cancelled`` (steps it starts then are compensation);
+    ``before_ack``: workflow ID -> how many of ``effects`` began before the
+    acknowledgement (a call in the same virtual instant may precede it).
     """
     out: list[str] = []
-    for e in effects:
+    for i, e in enumerate(effects):
         wid, _, _ = e.owner
         t_ack = cancels.get(wid)
-        if t_ack is None or e.begin < t_ack:
+        if t_ack is None or e.begin < t_ack or (before_ack is not None and i < before_ack.get(wid, 0)):
             continue
         if any(life == e.life and t <= e.begin for life, t in seen.get(wid, ())):
             continue

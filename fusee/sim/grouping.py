@@ -5,10 +5,10 @@
 The main world (``fusee.sim.world``) is never quiet and rarely in lockstep, so
 two promises of group commit do not show there. A seed here picks a flush
 mode (inline, background or pipeline), a kind of step function (synchronous
-lambdas run on the loop's thread, async functions that return at once, or
-async functions that suspend, so that executions are in flight when a flush
-could start), and then runs, on the real engine over a simulated disk and
-clock:
+lambdas run on the loop's thread, synchronous functions that hold the loop's
+thread longer than a flush, async functions that return at once, or async
+functions that suspend, so that executions are in flight when a flush could
+start), and then runs, on the real engine over a simulated disk and clock:
 
 1. *alone*: one chain of steps with nothing else in the world;
 2. *together*: N chains of S steps started at once, taking turns;
@@ -21,9 +21,14 @@ Checkers:
   lacks a flush that takes it (in flight, scheduled or held for producers):
   a record must never wait for something that will not come (sabotage
   ``no_flush_after_direct_step`` breaks it in the quiet phase);
-- *one flush per round*: with N chains of steps that do not suspend, the
+- *one flush per round*: with N chains of steps that do not suspend or hold, the
   together phase takes at most S + 8 flushes, not one per chain and step
   (sabotage ``flush_before_producers`` breaks it: each chain flushes alone);
+- *an outcome is not held behind step functions*: with functions that hold
+  the loop's thread, a step that ended more than ``_late_bound`` before the
+  crash is durable (it does not run again after it): what is pending goes
+  to the disk while the next function holds the thread, rather than after
+  all of them (sabotage ``inline_step_holds_flush`` breaks it);
 - *nothing acknowledged is lost, results never change*: every start
   acknowledged before the crash is there after it, and every chain returns
   its sum.
@@ -35,7 +40,7 @@ import asyncio
 import dataclasses
 import random
 import sys
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import fusee
@@ -47,10 +52,22 @@ from fusee.storage.simdisk import SimDisk
 
 DATA = "/grouped"
 #: The sabotage switches this simulator catches (the main world does not see them).
-SWITCHES = ("flush_before_producers",)
+SWITCHES = ("flush_before_producers", "inline_step_holds_flush")
 #: Flushes the together phase may take beyond one per step round (starts, ends, a checkpoint).
 SLACK = 8
 _HANG_S = 120.0
+#: The longest a simulated flush takes.
+_MAX_FLUSH_S = 0.0003
+
+
+#: Called with (workflow ID, step number) by each blocking step function (set by the world that runs).
+_executed: Callable[[str, int], None] | None = None
+
+
+def _work(wid: str, v: int) -> int:
+    if _executed is not None:
+        _executed(wid, v)
+    return v + 1
 
 
 async def _bump(v: int) -> int:
@@ -69,6 +86,8 @@ async def chain(ctx: fusee.Ctx, job: tuple[int, str]) -> int:
     for _ in range(steps):
         if kind == "sync":
             v = await ctx.step("s", lambda v=v: v + 1)
+        elif kind == "blocking":
+            v = await ctx.step("b", lambda v=v: _work(ctx.workflow_id, v))
         elif kind == "async":
             v = await ctx.step("a", _bump, v)
         else:
@@ -107,7 +126,14 @@ class GroupingWorld:
         self.rng = random.Random(f"grouping-{seed}")
         self.disk = SimDisk(random.Random(f"grouping-disk-{seed}"))
         self.mode = self.rng.choice(["inline", "background", "pipeline"])
-        self.kind = self.rng.choice(["sync", "async", "suspending"])
+        self.kind = self.rng.choice(["sync", "blocking", "async", "suspending"])
+        # Blocking functions hold the loop's thread 0.4 to 1.5 ms: longer than a flush, short
+        # enough to stay inline (syncsteps.DEMOTE_ABOVE_S).
+        self.max_hold = 0.0015 if self.kind == "blocking" else 0.0
+        self.hold_rng = random.Random(f"grouping-hold-{seed}")
+        self.last_hold = 0.0
+        #: (workflow ID, step number) -> when the step function ended, per life.
+        self.executions: list[dict[tuple[str, int], float]] = []
         self.chains = self.rng.randint(3, 10)
         self.steps = self.rng.randint(10, 30)
         self.crash = self.rng.choice(["process", "power"])
@@ -143,13 +169,37 @@ class GroupingWorld:
             engine._rt.release_table()
         self.dead.clear()
 
+    def _hold(self) -> float:
+        hold, self.last_hold = self.last_hold, 0.0
+        return hold
+
+    def _late_bound(self) -> float:
+        """How long after its function ended a step's outcome may still not be durable.
+
+        An outcome appended as its function returns waits for producers one flush
+        time at most, counting the function about to hold the thread, so at most
+        that function; then a flush takes it, possibly behind one in flight.
+        """
+        return self.max_hold + 3 * _MAX_FLUSH_S
+
     # --- a life -----------------------------------------------------------------
 
     def _open(self) -> tuple[SimLoop, Any]:
         loop = SimLoop(start=self.t)
         env = SimEnv(self.disk, random.Random(self.rng.getrandbits(64)), loop,
-                     lambda: self.rng.uniform(0.00005, 0.0003),
-                     inline_sync_steps=True, flush_mode=self.mode)
+                     lambda: self.rng.uniform(0.00005, _MAX_FLUSH_S),
+                     inline_sync_steps=True, flush_mode=self.mode,
+                     step_latency=self._hold if self.max_hold else None)
+        ran: dict[tuple[str, int], float] = {}
+        self.executions.append(ran)
+
+        def executed(wid: str, v: int) -> None:
+            # The function's effect happens as it is called; the hold follows (SimEnv.call_inline).
+            self.last_hold = self.hold_rng.uniform(0.0004, self.max_hold)
+            ran[(wid, v)] = loop.now + self.last_hold
+
+        global _executed
+        _executed = executed
         engine = self._drive(loop, fusee.Engine.open(DATA, workflows=[chain], env=env, park_after=None,
                                                        segment_bytes=1 << 20),
                              "recovery")
@@ -175,6 +225,20 @@ class GroupingWorld:
                 f"at {loop.now:.6f}s the loop went idle with {log.pending_records} appended record(s) "
                 "that no flush was taking, asked to take or held for: they wait for something that "
                 "will not come")
+
+    def _check_not_held(self, crashed_at: float) -> None:
+        """A step that ended long enough before the crash did not run again after it."""
+        if len(self.executions) < 2:
+            return
+        before, after = self.executions[-2], self.executions[-1]
+        bound = self._late_bound()
+        for key in sorted(set(before) & set(after)):
+            ended = before[key]
+            if ended < crashed_at - bound:
+                raise self.fail(
+                    f"step {key[1]} of {key[0]} ended at {ended * 1000:.3f} ms, {(crashed_at - ended) * 1000:.3f} ms "
+                    f"before the crash (more than {bound * 1000:.3f} ms), and ran again after it: its outcome "
+                    "waited behind other step functions holding the loop's thread instead of going to the disk")
 
     # --- the phases -------------------------------------------------------------------
 
@@ -211,7 +275,8 @@ class GroupingWorld:
         records = committer.records_flushed - before_r
         self.log(f"together: {flushes} flushes for {records} records "
                  f"({committer.holds} holds, {committer.holds_expired} ran out)")
-        if flushes > self.steps + SLACK:
+        # Functions that hold the thread longer than a flush get a flush each, by design.
+        if self.kind != "blocking" and flushes > self.steps + SLACK:
             raise self.fail(f"{self.chains} chains of {self.steps} steps took {flushes} flushes for "
                             f"{records} records: a flush did not wait for the runs about to append "
                             f"(at most {self.steps + SLACK} expected)")
@@ -223,7 +288,10 @@ class GroupingWorld:
             acked.extend(await self._chains(engine, "k", self.chains))
 
         self._drive(loop, started(), "the second round's starts")
-        self.t = loop.run_until(loop.now + self.rng.uniform(0.0, 0.003))
+        # Blocking chains run one function at a time: cut them well into the round.
+        span = self.chains * self.steps * self.max_hold / 2 if self.max_hold else 0.003
+        self.t = loop.run_until(loop.now + self.rng.uniform(0.0, span))
+        crashed_at = self.t
         self.log(f"{self.crash} crash with {len(acked)} acknowledged chains running")
         if self.crash == "process":
             self.disk.crash_process()
@@ -237,6 +305,7 @@ class GroupingWorld:
             except NotFound:
                 raise self.fail(f"{wid} was acknowledged before the crash and is lost") from None
         self._drive(loop, self._results(engine, acked), "the chains after the crash")
+        self._check_not_held(crashed_at)
         self._drive(loop, engine.close(), "closing")
         self.log("every chain returned its sum")
         return GroupingResult(self.seed, self.mode, self.kind, self.chains, self.steps,

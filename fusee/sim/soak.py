@@ -15,6 +15,14 @@ where it happened at least once and its total. It is printed least-covered first
 written, with the failures, to ``OUT/atlas.md`` and ``OUT/atlas.json``; both are
 rewritten every ``--every`` seconds while the soak runs, so a soak stopped early still
 leaves its partial atlas.
+
+A seed that runs away is a failure, not the end of the soak: each worker's address space is
+capped (``--memory-cap``, a ``MemoryError`` then fails the seed) and each seed has a wall-clock
+limit (``--seed-timeout``). A worker killed outright (the kernel's OOM killer, a crash of the
+interpreter) breaks the pool; the soak starts a new one and runs the seeds that were in flight
+again one at a time, alone, so the one that kills its worker again is recorded as the culprit.
+``atlas.json`` lists the seeds covered (passed or failed) as ranges; ``--resume`` continues a
+stopped soak from it, skipping those seeds.
 """
 
 from __future__ import annotations
@@ -26,6 +34,8 @@ import dataclasses
 import json
 import multiprocessing
 import os
+import resource
+import signal
 import sys
 import time
 from collections.abc import Iterable, Iterator
@@ -40,6 +50,13 @@ _NOT_PATHS = ("seed", "workflows", "finished", "sim_ms")
 CANARY = "early_blobs@3"
 #: Seeds per task a worker takes (small: progress shows often, a lost worker loses little).
 CHUNK = 20
+#: The default cap of a worker's address space, and of a seed's wall-clock time.
+MEMORY_CAP = 4 << 30
+SEED_TIMEOUT_S = 900.0
+
+
+class SeedTimeout(BaseException):
+    """A seed ran past ``--seed-timeout`` (a BaseException: the world's handlers must not take it)."""
 
 
 @dataclasses.dataclass
@@ -62,6 +79,8 @@ class Atlas:
     failures: list[Failure] = dataclasses.field(default_factory=list)
     #: The canary's outcome: None (not run yet), or the failure it must produce ("" if it passed).
     canary: str | None = None
+    #: Every seed run, passed or failed (``covered`` in the JSON, as ranges).
+    done: set[int] = dataclasses.field(default_factory=set)
 
     def register(self, rows: Iterable[tuple[str, str]]) -> None:
         """Rows to show even if nothing fires them."""
@@ -81,6 +100,20 @@ class Atlas:
             self.add_seed({(c, n): v for c, n, v in counts})
         self.fired.update(part["fired"])
         self.failures.extend(Failure(**f) for f in part["failures"])
+        self.done.update(part.get("ran", ()))
+        self.done.update(f["seed"] for f in part["failures"])
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Atlas:
+        """The atlas ``to_json`` wrote (``--resume``)."""
+        atlas = cls(seeds=int(data["seeds"]), canary=data.get("canary"))
+        for r in data["rows"]:
+            atlas.rows[(r["category"], r["name"])] = [int(r["seeds"]), int(r["total"])]
+        atlas.fired.update(data.get("fired", {}))
+        atlas.failures = [Failure(**f) for f in data["failures"]]
+        for a, b in data.get("covered", ()):
+            atlas.done.update(range(a, b))
+        return atlas
 
     def sorted_rows(self) -> list[tuple[str, str, int, int]]:
         """(category, name, seeds, total), least covered first (fewest seeds, then smallest total)."""
@@ -116,7 +149,19 @@ class Atlas:
             "failures": [dataclasses.asdict(f) for f in self.failures],
             "rows": [{"category": c, "name": n, "seeds": s, "total": t} for c, n, s, t in self.sorted_rows()],
             "fired": dict(self.fired),
+            "covered": ranges(self.done),
         }
+
+
+def ranges(seeds: Iterable[int]) -> list[list[int]]:
+    """``seeds`` as sorted [start, stop) ranges: [[0, 3], [5, 6]] for {0, 1, 2, 5}."""
+    out: list[list[int]] = []
+    for seed in sorted(seeds):
+        if out and out[-1][1] == seed:
+            out[-1][1] = seed + 1
+        else:
+            out.append([seed, seed + 1])
+    return out
 
 
 #: Checkers the world tallies by name rather than through ``checkers.tallied``.
@@ -182,21 +227,51 @@ def knob_counts(cfg: Any) -> Iterator[tuple[str, str, int]]:
         yield ("knob", f"memory_pressure={cfg.memory_budget is not None or cfg.max_loaded is not None}", 1)
 
 
-def run_chunk(seeds: list[int], switches: dict[str, bool] | None = None) -> dict[str, Any]:
+def limit_worker(memory_cap: int | None) -> None:
+    """A worker's initializer: caps its address space, so that a runaway seed fails with MemoryError."""
+    if memory_cap:
+        _, hard = resource.getrlimit(resource.RLIMIT_AS)
+        cap = memory_cap if hard == resource.RLIM_INFINITY else min(memory_cap, hard)
+        resource.setrlimit(resource.RLIMIT_AS, (cap, hard))
+
+
+def _timed_out(signum: int, frame: Any) -> None:
+    raise SeedTimeout()
+
+
+def run_chunk(seeds: list[int], switches: dict[str, bool] | None = None,
+              seed_timeout: float | None = None) -> dict[str, Any]:
     """Runs ``seeds`` in this process (a worker's task); what the atlas needs of each."""
     from fusee import sabotage
     from fusee.sim import checkers
     from fusee.sim.config import SimConfig
     from fusee.sim.world import SimFailure, run_seed
 
-    out: dict[str, Any] = {"seeds": [], "fired": collections.Counter(), "failures": []}
+    out: dict[str, Any] = {"seeds": [], "fired": collections.Counter(), "failures": [], "ran": []}
+    timed = seed_timeout is not None and seed_timeout > 0
+    if timed:
+        signal.signal(signal.SIGALRM, _timed_out)
     with sabotage.sabotaged(**(switches or {})):
         for seed in seeds:
             checkers.runs.clear()
             checkers.fired.clear()
             cfg = SimConfig.for_seed(seed)
             try:
-                result = run_seed(seed)
+                if timed:
+                    signal.setitimer(signal.ITIMER_REAL, seed_timeout)  # type: ignore[arg-type]
+                try:
+                    result = run_seed(seed)
+                finally:
+                    if timed:
+                        signal.setitimer(signal.ITIMER_REAL, 0)
+            except SeedTimeout:
+                out["failures"].append({"seed": seed, "checker": "(timeout)",
+                                        "message": f"the seed ran longer than {seed_timeout:g} s of wall clock"})
+                continue
+            except MemoryError:
+                out["failures"].append({"seed": seed, "checker": "(memory)",
+                                        "message": "MemoryError: the seed outgrew the worker's memory cap"})
+                continue
             except SimFailure as f:
                 caught = sorted(checkers.fired) or ["world"]
                 out["failures"].append({"seed": seed, "checker": ",".join(caught),
@@ -208,15 +283,16 @@ def run_chunk(seeds: list[int], switches: dict[str, bool] | None = None) -> dict
                                         "message": f"{type(e).__name__}: {e}"[:400]})
                 continue
             out["seeds"].append(list(seed_counts(cfg, result.report, result.observed, dict(checkers.runs))))
+            out["ran"].append(seed)
             out["fired"].update(checkers.fired)
     out["fired"] = dict(out["fired"])
     return out
 
 
-def run_canary(spec: str) -> str:
+def run_canary(spec: str, seed_timeout: float | None = None) -> str:
     """Runs the canary ``SWITCH@SEED``: the first line of its failure, or "" if it passed."""
     switch, seed = parse_canary(spec)
-    part = run_chunk([seed], {switch: True})
+    part = run_chunk([seed], {switch: True}, seed_timeout)
     if not part["failures"]:
         return ""
     f = part["failures"][0]
@@ -233,9 +309,9 @@ def parse_canary(spec: str) -> tuple[str, int]:
     return switch, int(seed)
 
 
-def chunks(seeds: range, size: int) -> Iterator[list[int]]:
-    for i in range(seeds.start, seeds.stop, size):
-        yield list(range(i, min(i + size, seeds.stop)))
+def chunks_of(seeds: list[int], size: int) -> Iterator[list[int]]:
+    for i in range(0, len(seeds), size):
+        yield seeds[i:i + size]
 
 
 def _range(text: str) -> range:
@@ -257,54 +333,102 @@ def _write(out: str, atlas: Atlas, title: str) -> None:
 
 
 def soak(seeds: range, *, jobs: int, out: str, canary: str | None, every: float = 30.0,
-         chunk: int = CHUNK, echo: Any = print) -> Atlas:
-    """Runs ``seeds`` over ``jobs`` processes and the canary; returns the atlas (also written to ``out``)."""
+         chunk: int = CHUNK, echo: Any = print, memory_cap: int | None = MEMORY_CAP,
+         seed_timeout: float | None = SEED_TIMEOUT_S, resume: bool = False) -> Atlas:
+    """Runs ``seeds`` over ``jobs`` processes and the canary; returns the atlas (also written to ``out``).
+
+    With ``resume``, the atlas in ``out`` is read first and the seeds it covers are not run again.
+    """
     atlas = Atlas()
+    path = os.path.join(out, "atlas.json")
+    if resume and os.path.exists(path):
+        with open(path) as fh:
+            atlas = Atlas.from_json(json.load(fh))
+        echo(f"resuming: {len(atlas.done)} seeds already covered", flush=True)
     atlas.register(known_rows())
     title = f"Simulator soak: seeds {seeds.start}..{seeds.stop}, {jobs} worker(s)"
     t0 = last = time.monotonic()
-    total = len(seeds)
+    left = [s for s in seeds if s not in atlas.done]
+    total = len(left)
+    todo = collections.deque(chunks_of(left, chunk))
+    # Seeds that were in flight when a worker died: run again one at a time, alone.
+    suspects: collections.deque[int] = collections.deque()
+    canary_due = bool(canary) and atlas.canary is None
+    done_seeds = 0
     # spawn: fresh workers (no copy of this process's state), recycled now and then so that a
     # slow leak in one long-lived worker cannot grow without bound.
     ctx = multiprocessing.get_context("spawn")
-    with cf.ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, max_tasks_per_child=50) as pool:
-        canary_f = pool.submit(run_canary, canary) if canary else None
-        todo: Iterable[list[int]] = chunks(seeds, chunk)
-        running: set[cf.Future[Any]] = set()
-        pending = iter(todo)
-        done_seeds = 0
-        while True:
-            while len(running) < 2 * jobs:  # a short queue: seeds finish roughly in order
-                nxt = next(pending, None)
-                if nxt is None:
+    while todo or suspects or canary_due:
+        pool = cf.ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, max_tasks_per_child=50,
+                                      initializer=limit_worker, initargs=(memory_cap,))
+        running: dict[cf.Future[Any], list[int] | None] = {}  # None: the canary
+        broken = False
+        try:
+            if canary_due and canary:
+                running[pool.submit(run_canary, canary, seed_timeout)] = None
+            while not broken:
+                if suspects:
+                    if not any(c is not None for c in running.values()):
+                        seed = suspects.popleft()
+                        running[pool.submit(run_chunk, [seed], None, seed_timeout)] = [seed]
+                else:
+                    while len(running) < 2 * jobs and todo:  # a short queue: seeds finish roughly in order
+                        batch = todo.popleft()
+                        running[pool.submit(run_chunk, batch, None, seed_timeout)] = batch
+                if not running:
                     break
-                running.add(pool.submit(run_chunk, nxt))
-            if not running and (canary_f is None or canary_f.done()):
-                break
-            waiting = running | ({canary_f} if canary_f is not None and not canary_f.done() else set())
-            finished, _ = cf.wait(waiting, timeout=every, return_when=cf.FIRST_COMPLETED)
-            for f in finished:
-                if f is canary_f:
-                    atlas.canary = f.result()
-                    echo(f"canary: {atlas._canary_text()}", flush=True)
-                    continue
-                running.discard(f)
-                part = f.result()
-                n = len(part["seeds"]) + len(part["failures"])
-                done_seeds += n
-                atlas.merge(part)
-                for fail in part["failures"]:
-                    echo(f"FAILED seed {fail['seed']} ({fail['checker']}): {fail['message']}", flush=True)
-            now = time.monotonic()
-            if now - last >= every or not running:
-                last = now
-                rate = done_seeds / max(now - t0, 1e-9)
-                eta = (total - done_seeds) / rate if rate else float("inf")
-                echo(f"[{time.strftime('%H:%M:%S')}] {done_seeds}/{total} seeds, {rate:.2f} seeds/s, "
-                     f"{len(atlas.failures)} failing, ETA {eta / 60:.0f} min", flush=True)
-                _write(out, atlas, title)
+                finished, _ = cf.wait(running, timeout=every, return_when=cf.FIRST_COMPLETED)
+                for f in finished:
+                    c = running.pop(f)
+                    try:
+                        result = f.result()
+                    except cf.process.BrokenProcessPool:
+                        broken = True
+                        _after_death(c, running, suspects, atlas, echo)
+                        break
+                    if c is None:
+                        atlas.canary, canary_due = result, False
+                        echo(f"canary: {atlas._canary_text()}", flush=True)
+                        continue
+                    done_seeds += len(c)
+                    atlas.merge(result)
+                    for fail in result["failures"]:
+                        echo(f"FAILED seed {fail['seed']} ({fail['checker']}): {fail['message']}", flush=True)
+                now = time.monotonic()
+                if now - last >= every or not running:
+                    last = now
+                    rate = done_seeds / max(now - t0, 1e-9)
+                    eta = (total - done_seeds) / rate if rate else float("inf")
+                    echo(f"[{time.strftime('%H:%M:%S')}] {done_seeds}/{total} seeds, {rate:.2f} seeds/s, "
+                         f"{len(atlas.failures)} failing, ETA {eta / 60:.0f} min", flush=True)
+                    _write(out, atlas, title)
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
     _write(out, atlas, title)
     return atlas
+
+
+def _after_death(culprit: list[int] | None, running: dict[cf.Future[Any], list[int] | None],
+                 suspects: collections.deque[int], atlas: Atlas, echo: Any) -> None:
+    """A worker died (the pool is broken): what was in flight runs again, seed by seed.
+
+    A seed that was alone in the pool when it broke killed its worker: it is recorded as failed.
+    """
+    alone = culprit is not None and len(culprit) == 1 and all(c is None for c in running.values())
+    if alone:
+        assert culprit is not None
+        atlas.failures.append(Failure(culprit[0], "(worker died)",
+                                      "the worker process running this seed died (killed by the kernel: "
+                                      "see dmesg for the OOM killer; or the interpreter crashed)"))
+        atlas.done.add(culprit[0])
+        echo(f"FAILED seed {culprit[0]} ((worker died)): its worker process died", flush=True)
+    elif culprit is not None:
+        suspects.extend(culprit)
+    for c in running.values():
+        if c is not None:
+            suspects.extend(c)
+    running.clear()
+    echo(f"a worker died; {len(suspects)} seed(s) in flight run again one at a time", flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -317,13 +441,22 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--every", type=float, default=30.0, help="seconds between progress lines and atlas writes")
     p.add_argument("--chunk", type=int, default=CHUNK, help="seeds per worker task")
     p.add_argument("--rows", type=int, default=40, help="atlas rows to print (least covered first)")
+    p.add_argument("--memory-cap", default=f"{MEMORY_CAP >> 30}GiB",
+                   help="address space of each worker (e.g. 4GiB; 0 for none): a seed past it fails")
+    p.add_argument("--seed-timeout", type=float, default=SEED_TIMEOUT_S,
+                   help="wall-clock seconds a seed may take (0 for none): a seed past it fails")
+    p.add_argument("--resume", action="store_true", help="continue the soak in --out, skipping the seeds it covers")
     args = p.parse_args(argv)
     if args.canary:
         parse_canary(args.canary)
     if args.jobs < 1 or args.chunk < 1:
         p.error("--jobs and --chunk must be at least 1")
+    from fusee.sizes import to_bytes
+
+    cap = to_bytes(args.memory_cap, "--memory-cap") if args.memory_cap not in ("0", "") else None
     atlas = soak(args.seeds, jobs=args.jobs, out=args.out, canary=args.canary or None,
-                 every=args.every, chunk=args.chunk)
+                 every=args.every, chunk=args.chunk, memory_cap=cap,
+                 seed_timeout=args.seed_timeout or None, resume=args.resume)
     print(atlas.markdown(title=f"Simulator soak: seeds {args.seeds.start}..{args.seeds.stop}", limit=args.rows))
     print(f"atlas written to {os.path.join(args.out, 'atlas.md')} (and atlas.json)")
     if args.canary and not atlas.canary:

@@ -345,7 +345,9 @@ class World:
             self.restart_pending = False
             self.t = self.loop.now
             self.loop.idle_hook = self._check_idle
-            if self.faults and self.kill_rng.random() < 0.1:
+            # Not in a process killed inside an fdatasync during the open: its crash is pending,
+            # and the second opener would run on the dead process's disk handle.
+            if self.faults and self.kill_rng.random() < 0.1 and not self.disk.killed:
                 self._second_writer()
             if self.faults and self.hands_rng.random() < 0.08:
                 self._at(self.loop.now + self.hands_rng.uniform(0.0, 0.05), _MOVE, self.life)
@@ -998,6 +1000,7 @@ class World:
             self.report.cancels += status == "ok"
             if status == "ok":
                 self.obs.cancels.setdefault(action.id, self.loop.now)
+                self.obs.cancel_effects.setdefault(action.id, len(self.svc.effects) if self.svc is not None else 0)
         elif isinstance(action, Terminate):
             self.report.terminates += status == "ok"
         elif isinstance(action, Update):
@@ -1061,7 +1064,8 @@ class World:
             problems += checkers.check_window_starts(self.plan.flow, sent, final=final)
         svc = self.svc
         if svc is not None:
-            problems += checkers.check_cancel_gate(svc.effects, self.obs.cancels, svc.cancels_seen)
+            problems += checkers.check_cancel_gate(svc.effects, self.obs.cancels, svc.cancels_seen,
+                                                   self.obs.cancel_effects)
             problems += checkers.check_compensation(svc.effects)
             problems += checkers.check_completions(self.obs, svc.tokens_returned)
             problems += checkers.check_resumes(svc.resumes, svc.progress)

@@ -19,7 +19,7 @@ def test_a_seed_range_passes_in_every_flush_mode_and_step_kind() -> None:
         # One flush per round of steps, whatever N: the records of all chains share it.
         assert r.together_records >= r.chains * r.steps
     assert {m for m, _ in seen} == {"inline", "background", "pipeline"}
-    assert {k for _, k in seen} == {"sync", "async", "suspending"}
+    assert {k for _, k in seen} == {"sync", "blocking", "async", "suspending"}
 
 
 def test_same_seed_same_trace() -> None:

@@ -44,3 +44,61 @@ def test_a_small_soak_runs_its_seeds_in_a_worker_and_the_canary_fails(tmp_path: 
 def test_a_canary_that_passes_is_reported() -> None:
     # A switch that this seed's world never trips: the soak must say the checkers proved nothing.
     assert soak.run_canary("backup_no_recheck@0") == ""
+
+
+def test_a_resumed_soak_runs_only_the_seeds_not_covered(tmp_path: pathlib.Path) -> None:
+    first = soak.soak(range(0, 2), jobs=1, out=str(tmp_path), canary=None, every=1.0, chunk=1,
+                      echo=lambda text, **_: None)
+    assert first.done == {0, 1}
+    data = json.loads((tmp_path / "atlas.json").read_text())
+    assert data["covered"] == [[0, 2]]
+    lines: list[str] = []
+    atlas = soak.soak(range(0, 3), jobs=1, out=str(tmp_path), canary=None, every=1.0, chunk=1,
+                      echo=lambda text, **_: lines.append(text), resume=True)
+    assert "resuming: 2 seeds already covered" in lines
+    assert any("1/1 seeds" in line for line in lines)  # only seed 2 ran
+    assert atlas.seeds == 3 and atlas.done == {0, 1, 2}
+    rows = {(c, n): s for c, n, s, _ in atlas.sorted_rows()}
+    assert rows[("checker", "log_integrity")] == 3  # the first part's rows were kept
+
+
+def test_ranges_are_compact_and_sorted() -> None:
+    assert soak.ranges({5, 0, 1, 2, 7, 6}) == [[0, 3], [5, 8]]
+    assert soak.ranges([]) == []
+
+
+def _die(seeds: list[int], switches: object = None, seed_timeout: object = None) -> dict[str, object]:
+    import os
+
+    if 1 in seeds:
+        os._exit(9)  # as the kernel's OOM killer would end it: no exception, no result
+    return {"seeds": [], "fired": {}, "failures": [], "ran": list(seeds)}
+
+
+def test_a_seed_that_kills_its_worker_is_recorded_and_the_rest_still_run(
+        tmp_path: pathlib.Path, monkeypatch: object) -> None:
+    import pytest
+
+    assert isinstance(monkeypatch, pytest.MonkeyPatch)
+    # The worker (spawned) imports this test module to find _die: run_chunk is replaced there too.
+    monkeypatch.setattr(soak, "run_chunk", _die)
+    lines: list[str] = []
+    atlas = soak.soak(range(0, 6), jobs=2, out=str(tmp_path), canary=None, every=1.0, chunk=3,
+                      echo=lambda text, **_: lines.append(text))
+    assert [(f.seed, f.checker) for f in atlas.failures] == [(1, "(worker died)")]
+    assert atlas.done == set(range(6))
+    assert any("a worker died" in line for line in lines)
+
+
+def test_a_runaway_seed_fails_on_its_time_limit_and_the_memory_cap_is_applied() -> None:
+    import resource
+
+    part = soak.run_chunk([0], None, seed_timeout=0.05)
+    assert part["failures"] == [{"seed": 0, "checker": "(timeout)",
+                                 "message": "the seed ran longer than 0.05 s of wall clock"}]
+    before = resource.getrlimit(resource.RLIMIT_AS)
+    try:
+        soak.limit_worker(3 << 30)
+        assert resource.getrlimit(resource.RLIMIT_AS)[0] == 3 << 30
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, before)
