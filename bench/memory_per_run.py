@@ -23,7 +23,7 @@ from typing import Any
 
 import fusee
 from fusee.core import records as rec
-from fusee.runtime.budget import RECORD_BYTES, RUN_BYTES
+from fusee.runtime.footprint import RECORD_BYTES, RUN_BYTES
 
 go = fusee.signal("go", int)
 
@@ -73,8 +73,8 @@ async def main(runs: int) -> None:
     mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
     slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sum((x - mx) ** 2 for x in xs)
     intercept = my - slope * mx
-    print(f"per run: {intercept:,.0f} B (budget.RUN_BYTES = {RUN_BYTES:,}); "
-          f"per record beyond its encoded bytes: {slope:,.0f} B (budget.RECORD_BYTES = {RECORD_BYTES:,})")
+    print(f"per run: {intercept:,.0f} B (footprint.RUN_BYTES = {RUN_BYTES:,}); "
+          f"per record beyond its encoded bytes: {slope:,.0f} B (footprint.RECORD_BYTES = {RECORD_BYTES:,})")
     print(f"python {sys.version.split()[0]}")
 
 

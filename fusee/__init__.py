@@ -78,8 +78,7 @@ from fusee.step import step, step_info
 from fusee.steptimes import StepAttempt
 from fusee.sync import SyncEngine, SyncRunHandle
 from fusee.telemetry import Telemetry
-
-__version__ = "0.1.0"
+from fusee.version import __version__
 
 # A library logs, the application decides where it goes: nothing prints unless configured.
 logging.getLogger("fusee").addHandler(logging.NullHandler())

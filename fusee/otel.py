@@ -31,6 +31,7 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 
 from fusee import sabotage
 from fusee.errors import FuseeError
+from fusee.version import __version__
 from fusee.runtime.telemetry import decode_trace, encode_trace
 from fusee.runtime.tokens import parse_token
 
@@ -58,9 +59,7 @@ _SNAPSHOT_REUSE_S = 0.05
 
 
 def _version() -> str:
-    import fusee
-
-    return fusee.__version__
+    return __version__
 
 
 def trace_of(ctx: otel_context.Context) -> bytes | None:

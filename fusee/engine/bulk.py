@@ -12,13 +12,36 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from fusee.definitions import SignalDef
-from fusee.engine.visibility import MAX_LIMIT
+from fusee.engine.visibility import MAX_LIMIT, RunPage
 
-if TYPE_CHECKING:
-    from fusee.engine.engine import Engine, RunSummary
+
+class ListedRun(Protocol):
+    """What a bulk action reads of a listed run (``fusee.RunSummary``)."""
+
+    @property
+    def workflow_id(self) -> str: ...
+    @property
+    def workflow(self) -> str: ...
+    @property
+    def status(self) -> str: ...
+
+
+class BulkEngine(Protocol):
+    """The engine's public calls a bulk action is made of (``fusee.Engine``): it takes no more."""
+
+    def list(self, where: str | None = None, limit: int = 100, cursor: str | None = None, *,
+             order: str = "oldest") -> RunPage: ...
+    async def cancel(self, workflow_id: str, reason: str = "", *, by: str | None = None) -> None: ...
+    async def terminate(self, workflow_id: str, reason: str = "", *, by: str | None = None) -> None: ...
+    async def resume(self, workflow_id: str, *, by: str | None = None) -> None: ...
+    async def signal(self, workflow_id: str, signal: SignalDef[Any], value: Any = None, *,
+                     dedup_key: str | None = None, by: str | None = None) -> None: ...
+    async def reset(self, workflow_id: str, *, before_step: str | None = None,
+                    before_position: int | None = None, reapply_signals: bool = True,
+                    version: int | None = None, by: str | None = None) -> Any: ...
 
 #: The actions :meth:`Engine.bulk` takes.
 ACTIONS = ("cancel", "terminate", "resume", "signal", "reset")
@@ -27,7 +50,7 @@ ACTIONS = ("cancel", "terminate", "resume", "signal", "reset")
 MAX_BULK = 1000
 #: Statuses of runs an action applies to (a run of another status is not counted).
 _UNFINISHED = frozenset({"running", "retrying", "paused", "stuck"})
-_APPLIES: dict[str, Callable[[RunSummary], bool]] = {
+_APPLIES: dict[str, Callable[[ListedRun], bool]] = {
     "cancel": lambda s: s.status in _UNFINISHED,
     "terminate": lambda s: s.status in _UNFINISHED,
     "signal": lambda s: s.status in _UNFINISHED,
@@ -60,7 +83,7 @@ class BulkResult:
     remaining: int = 0
 
 
-def _internal(s: RunSummary) -> bool:
+def _internal(s: ListedRun) -> bool:
     """The run of a schedule, a window or a keyed object: operated through their own calls."""
     return s.workflow.startswith(("fusee:", "fusee."))
 
@@ -85,10 +108,10 @@ def _check(action: str, where: str, limit: int, options: dict[str, Any]) -> None
                          + (f" (it takes {', '.join(sorted(allowed))})" if allowed else ""))
 
 
-def matching(engine: Engine, action: str, where: str) -> list[RunSummary]:
+def matching(engine: BulkEngine, action: str, where: str) -> list[ListedRun]:
     """Every run ``where`` matches that ``action`` applies to, oldest first (internal runs left out)."""
     applies = _APPLIES[action]
-    out: list[RunSummary] = []
+    out: list[ListedRun] = []
     cursor = None
     while True:
         page = engine.list(where, limit=MAX_LIMIT, cursor=cursor)
@@ -98,7 +121,7 @@ def matching(engine: Engine, action: str, where: str) -> list[RunSummary]:
             return out
 
 
-def _call(engine: Engine, action: str, wid: str, by: str | None, options: dict[str, Any]) -> Awaitable[Any]:
+def _call(engine: BulkEngine, action: str, wid: str, by: str | None, options: dict[str, Any]) -> Awaitable[Any]:
     if action == "cancel":
         return engine.cancel(wid, options.get("reason") or "", by=by)
     if action == "terminate":
@@ -114,7 +137,7 @@ def _call(engine: Engine, action: str, wid: str, by: str | None, options: dict[s
                         reapply_signals=True if reapply is None else bool(reapply), by=by)
 
 
-async def bulk(engine: Engine, action: str, where: str, *, dry_run: bool, by: str | None, limit: int,
+async def bulk(engine: BulkEngine, action: str, where: str, *, dry_run: bool, by: str | None, limit: int,
                options: dict[str, Any]) -> BulkResult:
     _check(action, where, limit, options)
     if by is not None and (not isinstance(by, str) or not by):

@@ -1,13 +1,8 @@
 """The memory budget: what a loaded run is counted as holding, and the sweep that parks runs over it.
 
-A loaded run is counted as ``RUN_BYTES`` plus, for each record of its
-journal, ``RECORD_BYTES`` and the record's encoded size. The constants were
-measured with tracemalloc (``bench/memory_per_run.py``) on runs of a small
-workflow: what a loaded run holds (its Run, state machine, coroutine, decoded
-records) beyond its table entry. Objects the workflow's own code keeps in its
-locals are not counted, beyond what the journal holds of them. Parking a run
-frees about its count less its journal's encoded size (a parked run keeps
-its journal packed).
+A loaded run counts as ``fusee.runtime.footprint`` says. Parking a run frees
+about its count less its journal's encoded size (a parked run keeps its
+journal packed).
 
 Once the loaded runs pass ``memory_budget`` bytes (or ``max_loaded`` runs),
 a sweep parks the runs that went quiet longest ago, oldest first, until they
@@ -20,27 +15,9 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Protocol
 
-from fusee.core import records as rec
-
 if TYPE_CHECKING:
     from fusee.runtime.run import Run
     from fusee.runtime.table import WorkflowState
-
-#: A loaded run's own objects beyond its journal (tracemalloc, ``bench/memory_per_run.py``).
-RUN_BYTES = 10_000
-#: Each decoded record beyond its encoded bytes: the struct, its fields' objects, the LSN.
-RECORD_BYTES = 200
-
-
-def record_bytes(r: rec.Record) -> int:
-    """What one record of a loaded journal is counted as holding."""
-    return RECORD_BYTES + len(rec.encode(r))
-
-
-def journal_bytes(journal: list[rec.Record]) -> int:
-    """What a loaded journal is counted as holding."""
-    return len(journal) * RECORD_BYTES + sum(len(rec.encode(r)) for r in journal)
-
 
 class BudgetHost(Protocol):
     """What the budget asks of the runtime (``Runtime`` provides it)."""

@@ -33,7 +33,7 @@ from fusee.errors import (
     UpdateFailed,
 )
 from fusee.retry import Retry
-from fusee.runtime import budget
+from fusee.runtime import footprint
 from fusee.runtime.context import (
     ChildHandle,
     ContinueAsNew,
@@ -259,7 +259,7 @@ class Run:
         self.park_queued = False
         #: What the run is counted as holding (``fusee.runtime.budget``), and whether the
         #: runtime's total counts it (from its load until it parks or ends).
-        self.held_bytes = budget.RUN_BYTES + budget.journal_bytes(journal)
+        self.held_bytes = footprint.RUN_BYTES + footprint.journal_bytes(journal)
         self.counted = False
         for r, lsn in zip(journal, lsns, strict=True):
             self._index(r)
@@ -311,7 +311,7 @@ class Run:
     def append(self, r: rec.Record) -> int:
         """Appends ``r`` to the log as this run's next record; returns its LSN."""
         lsn = self.rt.append(self.shard, r)
-        held = budget.RECORD_BYTES + self.rt.last_append_bytes
+        held = footprint.RECORD_BYTES + self.rt.last_append_bytes
         self.held_bytes += held
         if self.counted:
             self.rt.loaded_bytes += held

@@ -10,6 +10,9 @@ import dataclasses
 import random
 from typing import Any
 
+#: Where the engine's directory lives on the simulated disk.
+DATA_DIR = "/sim/data"
+
 #: Job kinds of the built-in workload (see ``fusee.sim.workload``), in a fixed order.
 JOB_KINDS: tuple[str, ...] = (
     "order",

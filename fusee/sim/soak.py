@@ -55,8 +55,12 @@ MEMORY_CAP = 4 << 30
 SEED_TIMEOUT_S = 900.0
 
 
-class SeedTimeout(BaseException):
-    """A seed ran past ``--seed-timeout`` (a BaseException: the world's handlers must not take it)."""
+class SeedTimeout(KeyboardInterrupt):
+    """A seed ran past ``--seed-timeout``.
+
+    A KeyboardInterrupt, since asyncio lets only that and SystemExit out of the tasks and
+    callbacks it runs (and the world's handlers take Exceptions only).
+    """
 
 
 @dataclasses.dataclass
@@ -258,7 +262,8 @@ def run_chunk(seeds: list[int], switches: dict[str, bool] | None = None,
             cfg = SimConfig.for_seed(seed)
             try:
                 if timed:
-                    signal.setitimer(signal.ITIMER_REAL, seed_timeout)  # type: ignore[arg-type]
+                    # Again every second until it is out: a handler of the seed's may swallow one.
+                    signal.setitimer(signal.ITIMER_REAL, seed_timeout, 1.0)  # type: ignore[arg-type]
                 try:
                     result = run_seed(seed)
                 finally:

@@ -361,7 +361,7 @@ def check_encrypted(world: Any, final: bool) -> list[str]:
     """With a codec, no payload is readable on the disk: a talker's progress chunks are looked for."""
     if not final:
         return []
-    from fusee.sim.world import DATA_DIR
+    from fusee.sim.config import DATA_DIR
     from fusee.storage.seam import read_whole
 
     disk = world.disk

@@ -28,7 +28,7 @@ from fusee.core import records as rec
 from fusee.runtime.table import dedup_key
 from fusee.sim import checkers, flowjobs, integrity, workload
 from fusee.sim.checkers import Observed, Outcome, RunView, Snapshot
-from fusee.sim.config import SimConfig
+from fusee.sim.config import DATA_DIR, SimConfig
 from fusee.sim.env import SimEnv
 from fusee.sim.loop import SimDeadlock, SimLoop, run_within
 from fusee.sim.plan import (
@@ -55,8 +55,6 @@ from fusee.storage.simdisk import SimDisk
 #: ``World._check_restart_progress``): far more than a fault rate of a few per mille causes.
 MAX_STALLED_RESTARTS = 50
 
-#: Where the engine's directory lives on the simulated disk.
-DATA_DIR = "/sim/data"
 #: Longest a recovery or a snapshot may take in virtual seconds before it counts as hung.
 _HANG_S = 30.0
 #: Client retry delay after a refused or lost request (virtual seconds).

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import html
-import inspect
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -33,6 +32,7 @@ from fusee.http.auth import check_secret, user_of
 from fusee.ui import flow, objects, present, svg, timeline
 from fusee.ui.csrf import FIELD as CSRF_FIELD
 from fusee.ui.csrf import CsrfGuard
+from fusee.ui.pages import on_engine
 from fusee.ui.sampler import Sampler
 
 HERE = Path(__file__).parent
@@ -68,19 +68,6 @@ FLASH = {
     "resume": "Paused steps resumed with a fresh retry budget.",
     "reset": "Run reset: a new run continues from before the chosen step.",
 }
-
-
-async def on_engine(engine: fusee.Engine, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """Calls ``fn`` (an engine method, sync or async) on the engine's loop and returns its result."""
-
-    async def call() -> Any:
-        out = fn(*args, **kwargs)
-        return await out if inspect.isawaitable(out) else out
-
-    loop = engine.loop
-    if asyncio.get_running_loop() is loop:
-        return await call()
-    return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(call(), loop))
 
 
 def _cut(form: dict[str, str]) -> dict[str, Any]:

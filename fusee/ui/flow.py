@@ -8,16 +8,14 @@ request calls nothing on the engine.
 from __future__ import annotations
 
 import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from fusee.errors import FuseeError, NotFound, UnknownLimit
-
-if TYPE_CHECKING:
-    from fusee.ui.app import _UI
+from fusee.ui.pages import Pages, on_engine
 
 #: Scheduled runs listed per schedule (the newest).
 LAST_RUNS = 5
@@ -53,7 +51,7 @@ def _period(every: datetime.timedelta) -> str:
 class FlowPages:
     """The two pages and their actions, on the UI's engine, renderer and CSRF guard."""
 
-    def __init__(self, ui: _UI) -> None:
+    def __init__(self, ui: Pages) -> None:
         self.ui = ui
 
     @property
@@ -61,7 +59,6 @@ class FlowPages:
         return self.ui.engine
 
     async def call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
-        from fusee.ui.app import on_engine
 
         return await on_engine(self.engine, fn, *args, **kwargs)
 
@@ -169,7 +166,7 @@ def _bound(text: str, what: str, kind: type) -> Any:
     return value
 
 
-def routes(ui: _UI) -> list[BaseRoute]:
+def routes(ui: Pages) -> list[BaseRoute]:
     pages = FlowPages(ui)
     guard = ui.guard
     return [

@@ -10,7 +10,7 @@ same-origin ``Origin``).
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import quote
 
 import msgspec
@@ -20,9 +20,7 @@ from starlette.routing import BaseRoute, Route
 
 from fusee import objects
 from fusee.errors import FuseeError, ObjectVersionConflict
-
-if TYPE_CHECKING:
-    from fusee.ui.app import _UI
+from fusee.ui.pages import Pages, on_engine
 
 #: Keys listed on the Objects page at most (the newest runs first).
 MAX_KEYS = 500
@@ -41,11 +39,10 @@ def state_json(obj: objects.ObjectDef[Any], value: Any) -> str:
 class ObjectPages:
     """The two pages and their two actions, on the UI's engine, renderer and CSRF guard."""
 
-    def __init__(self, ui: _UI) -> None:
+    def __init__(self, ui: Pages) -> None:
         self.ui = ui
 
     async def call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
-        from fusee.ui.app import on_engine
 
         return await on_engine(self.ui.engine, fn, *args, **kwargs)
 
@@ -120,7 +117,7 @@ class ObjectPages:
                                 status_code=303)
 
 
-def routes(ui: _UI) -> list[BaseRoute]:
+def routes(ui: Pages) -> list[BaseRoute]:
     pages = ObjectPages(ui)
     guard = ui.guard
     return [
