@@ -78,7 +78,7 @@ from fusee.step import step, step_info
 from fusee.steptimes import StepAttempt
 from fusee.sync import SyncEngine, SyncRunHandle
 from fusee.telemetry import Telemetry
-from fusee.version import __version__
+from fusee.version import __version__ as __version__
 
 # A library logs, the application decides where it goes: nothing prints unless configured.
 logging.getLogger("fusee").addHandler(logging.NullHandler())

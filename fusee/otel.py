@@ -31,9 +31,9 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 
 from fusee import sabotage
 from fusee.errors import FuseeError
-from fusee.version import __version__
 from fusee.runtime.telemetry import decode_trace, encode_trace
 from fusee.runtime.tokens import parse_token
+from fusee.version import __version__
 
 if TYPE_CHECKING:
     from fusee.engine.visibility import Metrics

@@ -385,7 +385,7 @@ class SharedLog(FlushLifecycle):
                          if _SEG_NAME.fullmatch(n)) if s.exists(self.dir.log_dir) else []
         self._dead.extend(n for n in numbers if n < start)  # covered; a crash interrupted their removal
         if not self.read_only:
-            self._sync_before_reading([n for n in numbers if n >= start])
+            self._sync_before_reading(self._left_unsynced([n for n in numbers if n >= start], newest))
         scan.run([n for n in numbers if n >= start], start, ckpt is not None)
         if ckpt is not None:
             scan.check_checkpoint(ckpt_path, ckpt)
@@ -473,6 +473,38 @@ class SharedLog(FlushLifecycle):
 
     def _write_newest(self, number: int) -> None:
         write_durably(self.storage, self.dir.log_dir, NEWEST, newest_note(number))
+
+    def _left_unsynced(self, numbers: list[int], newest: int | None) -> list[int]:
+        """The segments the last life to open the log may have left with writes not synced.
+
+        A life syncs every segment at its open (``_sync_before_reading``) before it creates
+        its first one, and then writes only to segments it creates: so only the segments of
+        the life that created the newest one (per ``log/newest``), and any whose creation did
+        not complete, can hold unsynced writes. Recovery's syncs then follow what the last
+        life wrote, not the length of the log. Without a note, or with a header that does
+        not read, every segment is synced.
+        """
+        if newest is None or newest not in numbers:
+            return numbers
+        last = self._head(newest)
+        if last is None:
+            return numbers
+        first = newest
+        for n in reversed([n for n in numbers if n < newest]):
+            head = self._head(n)
+            if head is None:
+                return numbers  # unreadable: the scan decides; sync it and all after it
+            if head.life != last.life:
+                break
+            first = n
+        return [n for n in numbers if n >= first]
+
+    def _head(self, number: int) -> SegmentHeader | None:
+        fh = self.storage.open(f"{self.dir.log_dir}/{segment_name(number)}")
+        try:
+            return SegmentHeader.decode(self.storage.pread(fh, 512, 0))
+        finally:
+            self.storage.close(fh)
 
     def _sync_before_reading(self, numbers: list[int]) -> None:
         """Makes the segments durable, then reads them from the disk, before recovery trusts them.

@@ -1,4 +1,4 @@
-"""Seeds that once found a bug in the engine, kept as regression tests (each fixed)."""
+"""Seeds that once found a bug in the engine (or in a checker), kept as regression tests (each fixed)."""
 
 from __future__ import annotations
 
@@ -27,6 +27,8 @@ FOUND: dict[int, str] = {
     "queries forgot the earlier answer still waiting for durability, and a newer state left first",
     920: "a graceful close failed the callers of accepted updates with UpdateFailed although the "
     "run went on (after the reopen the same update ID was answered ok); they get EngineClosed",
+    1455: "(a checker's bug) the cancel-gate checker took a step that began in the same virtual "
+    "instant as the cancel's acknowledgement, but before it, for one that began after it",
 }
 # Synchronous step functions blocking up to 60 ms run inline back to back (the steps one flush
 # released, or retrying tasks): what was pending waited behind them for the released steps

@@ -619,3 +619,52 @@ def test_sabotage_accept_torn_batch() -> None:
         log, rec = open_log(disk2, "/e")
     assert len(records_of(rec)) == 6
     log.close()
+
+
+def _synced_segments(disk: SimDisk) -> list[str]:
+    """Starts recording the segments ``disk`` fdatasyncs (their file names)."""
+    seen: list[str] = []
+    sync = disk.fdatasync
+
+    def spy(fh: object) -> None:
+        path = getattr(fh, "path", "")
+        if path.endswith(".seg"):
+            seen.append(path.rsplit("/", 1)[1])
+        sync(fh)  # type: ignore[arg-type]
+
+    disk.fdatasync = spy  # type: ignore[method-assign]
+    return seen
+
+
+def test_recovery_syncs_the_segments_the_last_life_wrote_not_the_whole_log() -> None:
+    """(Each life draws its own random ID, as a real open does.) Each open syncs what the life before may have left unsynced: its own segments (it
+    synced every older one at its own open). A life that died in its open leaves that
+    duty to the next one."""
+    small = 16 << 10
+    disk = SimDisk(random.Random(11))
+    log, _ = open_log(disk, "/e", segment_bytes=small, rng=random.Random(1))
+    written, _ = fill(log, 80, 6)
+    first_life = [segment_name(n) for n in log.segment_numbers]
+    assert len(first_life) >= 4
+    disk.crash_process()
+    synced = _synced_segments(disk)
+    log, rec = open_log(disk, "/e", segment_bytes=small, rng=random.Random(2))
+    assert records_of(rec) == written
+    opened_with = list(synced)
+    assert set(first_life) <= set(opened_with)  # life 1's, then its own new segment
+    more, _ = fill(log, 40, 6, seed=3)
+    second_life = [segment_name(n) for n in log.segment_numbers if segment_name(n) not in first_life]
+    assert len(second_life) >= 2
+    disk.crash_process()
+    synced.clear()
+    disk.fail_next_fdatasync()  # life 3 dies in its open, in the first sync
+    with pytest.raises(LogFailed):
+        open_log(disk, "/e", segment_bytes=small, rng=random.Random(3))
+    disk.crash_process()
+    synced.clear()
+    log, rec = open_log(disk, "/e", segment_bytes=small, rng=random.Random(4))
+    assert records_of(rec) == written + more
+    # Life 4 syncs life 2's segments (life 3 made none), then creates its own: not life 1's.
+    assert not set(first_life) & set(synced), synced
+    assert set(second_life) <= set(synced)
+    log.close()
