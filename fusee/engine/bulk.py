@@ -86,7 +86,8 @@ def _check(action: str, where: str, limit: int, options: dict[str, Any]) -> None
 
 
 def matching(engine: Engine, action: str, where: str) -> list[RunSummary]:
-    """Every run ``where`` matches that ``action`` applies to, oldest first (internal runs left out)."""
+    """Every run ``where`` matches that ``action`` applies to, oldest first or in the order of
+    its ``order by`` (internal runs left out)."""
     applies = _APPLIES[action]
     out: list[RunSummary] = []
     cursor = None

@@ -292,11 +292,9 @@ def _check(field: str, lit: _Lit) -> Any:
                            "or with now() - 1h", pos)
         try:
             t = datetime.datetime.fromisoformat(value)
-        except ValueError:
+            return int((t if t.tzinfo is not None else t.replace(tzinfo=datetime.UTC)).timestamp() * 1000)
+        except (ValueError, OverflowError):
             raise _Mistake(f"{value!r} is not an ISO 8601 time such as '2026-11-01T00:00:00Z'", pos) from None
-        if t.tzinfo is None:
-            t = t.replace(tzinfo=datetime.UTC)
-        return int(t.timestamp() * 1000)
     if field in ("run_id", "shard"):
         if isinstance(value, bool) or not isinstance(value, int):
             raise _Mistake(f"{field} compares with a whole number", pos)
@@ -396,3 +394,14 @@ def parse(where: str) -> Query:
     except lark.exceptions.UnexpectedInput as e:
         _refuse(where, e)
     return query
+
+
+def split_order(where: str) -> tuple[str, str]:
+    """``where`` as the text of its filter and of its ``order by`` ("" for either it lacks), for
+    a caller that adds terms to the filter: ``f"({filter}) and status = 'ok' {order}"``. A
+    query that does not parse comes back whole as the filter (its mistake shows when it runs)."""
+    try:
+        at = parse(where).order_at
+    except InvalidQuery:
+        return where, ""
+    return (where, "") if at is None else (where[:at].rstrip(), where[at:])
