@@ -371,8 +371,10 @@ def _refuse(text: str, e: lark.exceptions.UnexpectedInput) -> NoReturn:
     if at_end:
         pos = len(text)
     try:
-        names = set(e.interactive_parser.accepts())
-    except Exception:  # the parser could not be resumed: fall back on the table's view
+        # What may come here, from a copy of the parser fed each terminal (the table's own
+        # ``expected`` may be from a state the lookahead already reduced to).
+        names = set(e.interactive_parser.accepts())  # type: ignore[no-untyped-call]
+    except Exception:  # the copy could not be fed: fall back on the table's view
         names = set(e.expected)
     before = text[:pos].rstrip()
     found = "the end of the query" if at_end else repr(text[pos:pos + 20])
@@ -386,13 +388,14 @@ def parse(where: str) -> Query:
     if not where.strip():
         raise InvalidQuery("the query is empty: pass where=None to list every run", where, 0)
     try:
-        query: Query = _PARSER.parse(where)
+        query: Any = _PARSER.parse(where)  # the transformer builds a Query, not a tree
     except _Mistake as m:
         if m.status is not None:
             raise UnknownStatus(m.status, STATUSES, where, m.pos) from None
         raise InvalidQuery(m.message, where, m.pos) from None
     except lark.exceptions.UnexpectedInput as e:
         _refuse(where, e)
+    assert isinstance(query, Query)
     return query
 
 
