@@ -136,7 +136,8 @@ def cli(show_progress: bool | None) -> None:
 def _filters(fn: Any) -> Any:
     """The options that select runs, shared by runs, count and bulk."""
     for option in reversed([
-        click.option("--where", help="A query: status = 'paused' and attrs.customer = 'acme' (see docs/api.md)."),
+        click.option("--where", help="A query: status = 'paused' and attrs.customer = 'acme', maybe ending "
+                                      "with order by started_at desc (see docs/api.md)."),
         click.option("--status", "statuses", multiple=True, type=click.Choice(STATUSES, case_sensitive=False),
                      help="Only runs with this status (repeatable)."),
         click.option("--workflow", "workflows", multiple=True, help="Only runs of this workflow type (repeatable)."),
