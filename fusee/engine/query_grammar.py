@@ -48,8 +48,8 @@ start: [disjunction] [ordering]
          | comparison
 
 comparison: field OP value                                  -> compare
-          | field IN LPAR value (_COMMA value)* _RPAR       -> among
-          | field NOT IN LPAR value (_COMMA value)* _RPAR   -> not_among
+          | field _IN LPAR value (_COMMA value)* _RPAR      -> among
+          | field NOT _IN LPAR value (_COMMA value)* _RPAR  -> not_among
 
 // workflow_id, workflow, status, run_id, shard, started_at, ended_at or attrs.<key>
 field: NAME
@@ -70,13 +70,14 @@ SIGN: "+" | "-"
 STRING: /'(?:[^']|'')*'/ | /"(?:[^"]|"")*"/
 // A word starting like a number: 12, -1.5, 1e-3 (a number), or 90s, 1h30m (a duration, after now())
 NUMBER: /[-+]?\.?\d(?:[\w.]|(?<=[eE])[-+])*/
+// A field: a letter or _ first, then letters, digits, _, . and - (attrs.order-id)
 NAME: /[^\W\d][\w.\-]*/
 
 // Keywords win over a name of the same spelling.
 _AND.2: /and{_KW}/i
 _OR.2: /or{_KW}/i
 NOT.2: /not{_KW}/i
-IN.2: /in{_KW}/i
+_IN.2: /in{_KW}/i
 TRUE.2: /true{_KW}/i
 FALSE.2: /false{_KW}/i
 NULL.2: /null{_KW}/i
@@ -190,11 +191,11 @@ class _Build(lark.Transformer[lark.Token, Query]):
         return _Part(("cmp", field, "!=" if op == "<>" else str(op), value), 0)
 
     def among(self, c: list[Any]) -> _Part:
-        field, _in, _lpar, *lits = c
+        field, _lpar, *lits = c
         return _Part(("in", field, [_check(field, lit) for lit in lits]), 0)
 
     def not_among(self, c: list[Any]) -> _Part:
-        field, _not, _in, _lpar, *lits = c
+        field, _not, _lpar, *lits = c
         return _Part(("not", ("in", field, [_check(field, lit) for lit in lits])), 0)
 
     def field(self, c: list[lark.Token]) -> str:
@@ -312,28 +313,13 @@ _PARSER = lark.Lark(GRAMMAR, parser="lalr", lexer="contextual", transformer=_Bui
                     maybe_placeholders=True)
 
 # What each terminal stands for in "expected ..." (in this order; terminals sharing one say it once).
+_COMPARISON = "a comparison (=, !=, <, <=, >, >=, in, not in)"
+_VALUE = "a value ('text', a number, true, false, null or now())"
 _EXPECTED = {
-    "NAME": f"a field ({_FIELD_LIST})",
-    "NOT": "'not'",
-    "LPAR": "'('",
-    "OP": "a comparison (=, !=, <, <=, >, >=, in, not in)",
-    "IN": "a comparison (=, !=, <, <=, >, >=, in, not in)",
-    "STRING": "a value ('text', a number, true, false, null or now())",
-    "NUMBER": "a value ('text', a number, true, false, null or now())",
-    "TRUE": "a value ('text', a number, true, false, null or now())",
-    "FALSE": "a value ('text', a number, true, false, null or now())",
-    "NULL": "a value ('text', a number, true, false, null or now())",
-    "NOW": "a value ('text', a number, true, false, null or now())",
-    "_RPAR": "')'",
-    "_COMMA": "','",
-    "SIGN": "'-' or '+' and a duration",
-    "ASC": "asc or desc",
-    "DESC": "asc or desc",
-    "_AND": "'and'",
-    "_OR": "'or'",
-    "ORDER": "'order by'",
-    "_BY": "'by'",
-    "$END": "the end of the query",
+    "NAME": f"a field ({_FIELD_LIST})", "NOT": "'not'", "LPAR": "'('", "OP": _COMPARISON, "_IN": _COMPARISON,
+    **dict.fromkeys(("STRING", "NUMBER", "TRUE", "FALSE", "NULL", "NOW"), _VALUE),
+    "_RPAR": "')'", "_COMMA": "','", "SIGN": "'-' or '+' and a duration", "ASC": "asc or desc", "DESC": "asc or desc",
+    "_AND": "'and'", "_OR": "'or'", "ORDER": "'order by'", "_BY": "'by'", "$END": "the end of the query",
 }
 
 
