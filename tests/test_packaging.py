@@ -29,7 +29,7 @@ def test_the_wheel_installs_and_runs_the_quick_start(tmp_path: Path) -> None:
     py = env_dir / "bin" / "python"
     site = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                           check=True, capture_output=True, text=True).stdout.strip()
-    # The dependencies (msgspec, crc32c) come from this environment's site-packages, added as a
+    # The dependencies (msgspec, crc32c, lark) come from this environment's site-packages, added as a
     # plain path: its editable install of fusee is not, so only the wheel can be imported.
     Path(site, "deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     subprocess.run([sys.executable, "-m", "pip", "--python", str(py), "install", "-q", "--no-deps",

@@ -21,6 +21,7 @@ from fusee import errors
 from fusee.cli import progress
 from fusee.engine.bulk import ACTIONS as BULK_ACTIONS
 from fusee.engine.bulk import MAX_BULK
+from fusee.engine.query_grammar import split_order
 from fusee.engine.visibility import STATUSES
 
 #: Environment variables that stand for --url and --token.
@@ -135,7 +136,8 @@ def cli(show_progress: bool | None) -> None:
 def _filters(fn: Any) -> Any:
     """The options that select runs, shared by runs, count and bulk."""
     for option in reversed([
-        click.option("--where", help="A query: status = 'paused' and attrs.customer = 'acme' (see docs/api.md)."),
+        click.option("--where", help="A query: status = 'paused' and attrs.customer = 'acme', maybe ending "
+                                      "with order by started_at desc (see docs/api.md)."),
         click.option("--status", "statuses", multiple=True, type=click.Choice(STATUSES, case_sensitive=False),
                      help="Only runs with this status (repeatable)."),
         click.option("--workflow", "workflows", multiple=True, help="Only runs of this workflow type (repeatable)."),
@@ -211,6 +213,7 @@ def _where(where: str | None, statuses: tuple[str, ...], workflows: tuple[str, .
     its errors name are the user's)."""
     if where and not (statuses or workflows or attrs or since):
         return where
+    where, order_by = split_order(where) if where else ("", "")
     parts = [f"({where})"] if where else []
     if statuses:
         parts.append(f"status in ({', '.join(_quote(s.lower()) for s in statuses)})")
@@ -224,7 +227,7 @@ def _where(where: str | None, statuses: tuple[str, ...], workflows: tuple[str, .
             raise click.BadParameter(f"expected KEY=VALUE, got {a!r}", param_hint="--attr")
         literal = value if _is_number(value) or value in ("true", "false", "null") else _quote(value)
         parts.append(f"attrs.{key} = {literal}")
-    return " and ".join(parts) or None
+    return " ".join(filter(None, [" and ".join(parts), order_by])) or None
 
 
 def _is_number(text: str) -> bool:

@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from fusee.definitions import SignalDef
+from fusee.engine.query_grammar import parse
 from fusee.engine.visibility import MAX_LIMIT, RunPage
 
 
@@ -91,7 +92,7 @@ def _internal(s: ListedRun) -> bool:
 def _check(action: str, where: str, limit: int, options: dict[str, Any]) -> None:
     if action not in ACTIONS:
         raise ValueError(f"unknown bulk action {action!r}: use one of {', '.join(ACTIONS)}")
-    if not isinstance(where, str) or not where.strip():
+    if not isinstance(where, str) or not where.strip() or parse(where).filter is None:  # none, or only an order by
         raise ValueError("a bulk action needs a where query naming the runs (e.g. \"status = 'paused'\"); "
                          "to act on every run, say so: \"workflow_id != ''\"")
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_BULK:
@@ -109,7 +110,8 @@ def _check(action: str, where: str, limit: int, options: dict[str, Any]) -> None
 
 
 def matching(engine: BulkEngine, action: str, where: str) -> list[ListedRun]:
-    """Every run ``where`` matches that ``action`` applies to, oldest first (internal runs left out)."""
+    """Every run ``where`` matches that ``action`` applies to, oldest first or in the order of
+    its ``order by`` (internal runs left out)."""
     applies = _APPLIES[action]
     out: list[ListedRun] = []
     cursor = None

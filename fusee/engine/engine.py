@@ -1263,7 +1263,8 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
         reapply_signals: bool | None = None,
     ) -> bulk_actions.BulkResult:
         """Makes ``action`` ("cancel", "terminate", "resume", "signal" or "reset") on every run
-        ``where`` matches, up to ``limit`` (at most 1,000) per call, oldest first.
+        ``where`` matches, up to ``limit`` (at most 1,000) per call, oldest first (or in
+        the order of an ``order by`` in ``where``).
 
         ``dry_run=True`` only counts them (``matched``) and names the first
         ``limit``: nothing is recorded. Otherwise each run gets what the single
@@ -1546,11 +1547,13 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
     def list(self, where: str | None = None, limit: int = 100, cursor: str | None = None, *,
              order: str = "oldest") -> RunPage:
         """A page of workflows matching ``where``, in the order the engine first saw them
-        (``order="newest"``: the last seen first).
+        (``order="newest"``: the last seen first), or in the order of the query's ``order by``.
 
         ``where`` is a query (see docs/api.md), e.g. ``"workflow = 'order' and
         attrs.customer = 'acme'"`` or ``"status = 'paused' and started_at >
-        now() - 1h"``; None lists every workflow. At most ``limit`` (1 to
+        now() - 1h order by started_at desc"``; None lists every workflow. An
+        ``order by`` decides the order alone: with ``order="newest"`` too it raises
+        :class:`fusee.InvalidQuery` (ties go first seen first). At most ``limit`` (1 to
         10,000) runs per page; pass ``page.cursor`` back (with the same
         ``order``) to get the next page (None: nothing after). Raises
         :class:`fusee.InvalidQuery` naming the position of a mistake in

@@ -1,27 +1,13 @@
 """Visibility: ``Engine.list`` with its ``where=`` query language, and ``Engine.metrics``.
 
-The query language (documented in docs/api.md)::
-
-    query      := or
-    or         := and ("or" and)*
-    and        := not ("and" not)*
-    not        := "not" not | "(" query ")" | comparison
-    comparison := field op literal | field ["not"] "in" "(" literal ("," literal)* ")"
-    op         := "=" | "!=" | "<>" | "<" | "<=" | ">" | ">="
-    field      := workflow_id | workflow | status | run_id | shard
-                | started_at | ended_at | attrs.<key>
-    literal    := 'text' | "text" | number | true | false | null
-                | now() [("-" | "+") duration]          (started_at, ended_at only)
-
-Keywords are case-insensitive; a quote inside a string is doubled (``'it''s'``).
-An absent attribute (or ``ended_at`` of a running run) is ``null``: ``= null``
-matches it, ``!= 'x'`` matches it, ``<``/``>`` never do. Ordering comparisons
-hold only between values of one kind (numbers with numbers, text with text).
-``started_at``/``ended_at`` take an ISO 8601 time (``'2026-11-01T00:00:00Z'``;
-no zone means UTC) or a time relative to the engine's clock when the query
-runs (``now() - 1h``; a duration as in ``fusee.durations``: ``90s``, ``1h30m``).
-``status`` takes one of :data:`STATUSES`; another value raises
-:class:`fusee.errors.UnknownStatus` naming them.
+The language (its grammar and parser: ``fusee.engine.query_grammar``; documented in
+docs/api.md) filters on ``workflow_id``, ``workflow``, ``status``, ``run_id``, ``shard``,
+``started_at``, ``ended_at`` and ``attrs.<key>`` with ``=``, ``!=``, ``<``... ``in (...)``,
+``and``, ``or``, ``not`` and parentheses, and may end with ``order by <field> [asc|desc], ...``.
+An absent attribute (or ``ended_at`` of a running run) is ``null``: ``= null`` matches it,
+``!= 'x'`` matches it, ``<``/``>`` never do. Ordering comparisons hold only between values
+of one kind (numbers with numbers, text with text). ``now()`` is the engine's clock
+(``rt.env.now_ms()``, virtual under ``fusee.testing`` and the simulator) when the query runs.
 
 Plan: an ``and`` of the whole query with ``attrs.k = <scalar>``, ``attrs.k in
 (...)`` or ``workflow_id = '...'`` looks up the attribute index (the smallest
@@ -29,24 +15,32 @@ candidate set wins) and checks the rest of the query on those candidates only;
 any other query reads every workflow (``started_at``/``ended_at`` read each
 candidate's journal, so combine them with an indexed term at scale; telling
 ``paused`` and ``retrying`` from ``running`` reads an unfinished run's journal
-once, then a cache keyed by the journal's version answers).
+once, then a cache keyed by the journal's version answers). An ``order by`` sorts
+what matches (a page costs a walk of the matches: the order has no index).
 """
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import datetime
+import functools
+import heapq
 import itertools
+import json
 import weakref
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from fusee import durations
 from fusee.backup.uploader import BackupStatus
 from fusee.core import records as rec
-from fusee.errors import InvalidDuration, InvalidQuery, UnknownStatus
+from fusee.engine.query_grammar import MAX_DEPTH as MAX_DEPTH
+from fusee.engine.query_grammar import STATUSES as STATUSES
+from fusee.engine.query_grammar import Node, Now, Query, SortKey
+from fusee.engine.query_grammar import parse as parse
+from fusee.errors import InvalidQuery
 from fusee.runtime import sealing
 from fusee.runtime.index import value_key
 
@@ -57,16 +51,9 @@ if TYPE_CHECKING:
 #: The most runs one page of :meth:`Engine.list` may hold.
 MAX_LIMIT = 10_000
 
-#: Every status a run may show, as ``RunSummary.status``, ``where status = ...`` and the
-#: counts name them: unfinished (``running``; ``retrying``: a step failed and waits for its next
-#: attempt; ``paused``: a step's retries ran out and it waits for a resume; ``stuck``), then ended.
-STATUSES = ("running", "retrying", "paused", "stuck", "ok", "failed", "cancelled", "timed_out", "terminated")
 #: The orders :meth:`Engine.list` pages in: first seen first, or last seen first.
 ORDERS = ("oldest", "newest")
 
-_KEYWORDS = ("and", "or", "not", "in", "true", "false", "null")
-_OPS = ("!=", "<>", "<=", ">=", "=", "<", ">")
-_FIELDS = ("workflow_id", "workflow", "status", "run_id", "shard", "started_at", "ended_at")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -137,277 +124,6 @@ class Metrics:
     runs_to_load: int = 0
     #: The continuous backup's position, lag and failures (None without ``backup=``).
     backup: BackupStatus | None = None
-
-
-# --- the query language -----------------------------------------------------
-
-
-@dataclasses.dataclass
-class _Tok:
-    kind: str  # "name", "str", "num", "op", "(", ")", ",", "end", or a keyword
-    value: Any
-    pos: int
-
-
-def _tokenize(text: str) -> list[_Tok]:
-    toks: list[_Tok] = []
-    i, n = 0, len(text)
-    while i < n:
-        c = text[i]
-        if c.isspace():
-            i += 1
-        elif c in "(),":
-            toks.append(_Tok(c, c, i))
-            i += 1
-        elif c in "'\"":
-            j, out = i + 1, []
-            while True:
-                if j >= n:
-                    raise InvalidQuery("unterminated string: close it with " + c, text, i)
-                if text[j] == c:
-                    if j + 1 < n and text[j + 1] == c:
-                        out.append(c)
-                        j += 2
-                        continue
-                    break
-                out.append(text[j])
-                j += 1
-            toks.append(_Tok("str", "".join(out), i))
-            i = j + 1
-        elif c.isdigit() or (c in "-+." and i + 1 < n and (text[i + 1].isdigit() or text[i + 1] == ".")):
-            j = i + 1
-            while j < n and (text[j].isalnum() or text[j] in ".+-_") and not (
-                text[j] in "+-" and text[j - 1] not in "eE"
-            ):
-                j += 1
-            word = text[i:j]
-            try:
-                num: int | float = int(word)
-            except ValueError:
-                try:
-                    num = float(word)
-                except ValueError:
-                    toks.append(_Tok("dur", _duration(word, text, i), i))
-                    i = j
-                    continue
-            toks.append(_Tok("num", num, i))
-            i = j
-        elif c.isalpha() or c == "_":
-            j = i + 1
-            while j < n and (text[j].isalnum() or text[j] in "_.-"):
-                j += 1
-            word = text[i:j]
-            low = word.lower()
-            toks.append(_Tok(low, low, i) if low in _KEYWORDS else _Tok("name", word, i))
-            i = j
-        elif c in "+-":
-            toks.append(_Tok("sign", c, i))  # of a duration after now(): now() - 1h
-            i += 1
-        else:
-            for op in _OPS:
-                if text.startswith(op, i):
-                    toks.append(_Tok("op", "!=" if op == "<>" else op, i))
-                    i += len(op)
-                    break
-            else:
-                raise InvalidQuery(f"unexpected character {c!r}", text, i)
-    toks.append(_Tok("end", None, n))
-    return toks
-
-
-def _duration(word: str, text: str, pos: int) -> int:
-    """A signed duration token (``1h``, ``-90s``) in milliseconds."""
-    body = word.lstrip("+-")
-    if not body or (not body[0].isdigit() and body[0] != "."):
-        raise InvalidQuery(f"{word!r} is not a number", text, pos)
-    try:
-        ms = durations.parse(body)
-    except InvalidDuration:
-        raise InvalidQuery(f"{word!r} is not a number nor a duration such as 90s, 15m, 1h30m or 2d",
-                           text, pos) from None
-    return -ms if word.startswith("-") else ms
-
-
-@dataclasses.dataclass(frozen=True)
-class Now:
-    """``now() + offset_ms`` in a query: the engine's clock when the query runs."""
-
-    offset_ms: int
-
-
-# The parsed query: ("and", [q...]) | ("or", [q...]) | ("not", q)
-#                 | ("cmp", field, op, value) | ("in", field, [values])
-Node = tuple[Any, ...]
-
-
-#: How deep parentheses and ``not`` may nest in a query: deeper is refused with InvalidQuery
-#: (the parser and the evaluator recurse; no real filter comes near this).
-MAX_DEPTH = 64
-
-
-class _Parser:
-    def __init__(self, text: str) -> None:
-        self.text = text
-        self.toks = _tokenize(text)
-        self.i = 0
-        self.depth = 0
-
-    def peek(self) -> _Tok:
-        return self.toks[self.i]
-
-    def take(self, kind: str, what: str) -> _Tok:
-        t = self.toks[self.i]
-        if t.kind != kind:
-            found = "the end of the query" if t.kind == "end" else repr(self.text[t.pos:t.pos + 20])
-            raise InvalidQuery(f"expected {what}, found {found}", self.text, t.pos)
-        self.i += 1
-        return t
-
-    def parse(self) -> Node:
-        if self.peek().kind == "end":
-            raise InvalidQuery("the query is empty: pass where=None to list every run", self.text, 0)
-        node = self.or_()
-        self.take("end", "'and', 'or' or the end of the query")
-        return node
-
-    def or_(self) -> Node:
-        parts = [self.and_()]
-        while self.peek().kind == "or":
-            self.i += 1
-            parts.append(self.and_())
-        return parts[0] if len(parts) == 1 else ("or", parts)
-
-    def and_(self) -> Node:
-        parts = [self.not_()]
-        while self.peek().kind == "and":
-            self.i += 1
-            parts.append(self.not_())
-        return parts[0] if len(parts) == 1 else ("and", parts)
-
-    def not_(self) -> Node:
-        t = self.peek()
-        if t.kind != "not" and t.kind != "(":
-            return self.comparison()
-        if self.depth == MAX_DEPTH:
-            raise InvalidQuery(f"the query nests parentheses and 'not' deeper than {MAX_DEPTH} levels: "
-                               "write it flatter (a and b and c needs no parentheses)", self.text, t.pos)
-        self.depth += 1
-        self.i += 1
-        if t.kind == "not":
-            node: Node = ("not", self.not_())
-        else:
-            node = self.or_()
-            self.take(")", "')'")
-        self.depth -= 1
-        return node
-
-    def comparison(self) -> Node:
-        ft = self.take("name", "a field (workflow_id, workflow, status, run_id, shard, "
-                               "started_at, ended_at or attrs.<key>)")
-        field = self.field(ft)
-        t = self.peek()
-        negate = False
-        if t.kind == "not":
-            self.i += 1
-            negate = True
-            t = self.peek()
-            if t.kind != "in":
-                raise InvalidQuery("expected 'in' after 'not'", self.text, t.pos)
-        if t.kind == "in":
-            self.i += 1
-            self.take("(", "'(' opening the list of values")
-            values = [self.literal(field)]
-            while self.peek().kind == ",":
-                self.i += 1
-                values.append(self.literal(field))
-            self.take(")", "',' or ')' closing the list of values")
-            node: Node = ("in", field, values)
-            return ("not", node) if negate else node
-        op = self.take("op", "a comparison (=, !=, <, <=, >, >=, in)").value
-        return ("cmp", field, op, self.literal(field))
-
-    def field(self, t: _Tok) -> str:
-        name: str = t.value
-        if name[:6].lower() == "attrs.":
-            if len(name) == len("attrs."):
-                raise InvalidQuery("attrs. needs a key: attrs.<key>", self.text, t.pos)
-            return "attrs." + name[6:]  # keys are case-sensitive, the prefix is not
-        low = name.lower()
-        if low not in _FIELDS:
-            raise InvalidQuery(
-                f"unknown field {name!r}: use workflow_id, workflow, status, run_id, shard, "
-                "started_at, ended_at or attrs.<key>", self.text, t.pos)
-        return low
-
-    def now(self, field: str) -> Now:
-        self.i += 1
-        self.take("(", "'(' after now")
-        self.take(")", "')': now() takes nothing")
-        t = self.peek()
-        if t.kind == "sign":
-            self.i += 1
-            d = self.take("dur", "a duration after now() " + t.value + " (such as 15m, 1h or 2d)")
-            if d.value < 0 or self.text[d.pos] in "+-":
-                raise InvalidQuery("write one sign: now() - 1h", self.text, d.pos)
-            return Now(-d.value if t.value == "-" else d.value)
-        if t.kind == "dur" and self.text[t.pos] in "+-":  # now()-1h: the sign went with the number
-            self.i += 1
-            return Now(t.value)
-        return Now(0)
-
-    def literal(self, field: str) -> Any:
-        t = self.peek()
-        if t.kind == "name" and t.value.lower() == "now" and field in ("started_at", "ended_at"):
-            return self.now(field)
-        if t.kind == "dur":
-            raise InvalidQuery(f"a duration is compared only as now() - {self.text[t.pos:].split()[0].lstrip('+-')} "
-                               "(with started_at or ended_at)", self.text, t.pos)
-        if t.kind == "str" or t.kind == "num":
-            value: Any = t.value
-        elif t.kind in ("true", "false", "null"):
-            value = {"true": True, "false": False, "null": None}[t.kind]
-        else:
-            found = "the end of the query" if t.kind == "end" else repr(self.text[t.pos:t.pos + 20])
-            raise InvalidQuery(f"expected a value ('text', a number, true, false or null), found {found}",
-                               self.text, t.pos)
-        self.i += 1
-        if value is None or field.startswith("attrs."):
-            return value
-        if field in ("started_at", "ended_at"):
-            if not isinstance(value, str):
-                raise InvalidQuery(f"{field} compares with an ISO time such as '2026-11-01T00:00:00Z' "
-                                   "or with now() - 1h", self.text, t.pos)
-            return _parse_time(value, self.text, t.pos)
-        if field in ("run_id", "shard"):
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise InvalidQuery(f"{field} compares with a whole number", self.text, t.pos)
-            return value
-        if not isinstance(value, str):
-            raise InvalidQuery(f"{field} compares with text in quotes", self.text, t.pos)
-        if field == "status":
-            if value.lower() not in STATUSES:
-                raise UnknownStatus(value, STATUSES, self.text, t.pos)
-            return value.lower()
-        return value
-
-
-def _parse_time(text: str, query: str, pos: int) -> int:
-    """An ISO 8601 time as UTC milliseconds."""
-    try:
-        t = datetime.datetime.fromisoformat(text)
-    except ValueError:
-        raise InvalidQuery(f"{text!r} is not an ISO 8601 time such as '2026-11-01T00:00:00Z'",
-                           query, pos) from None
-    if t.tzinfo is None:
-        t = t.replace(tzinfo=datetime.UTC)
-    return int(t.timestamp() * 1000)
-
-
-def parse(where: str) -> Node:
-    """Parses a ``where=`` query; raises :class:`InvalidQuery` naming the position of a mistake."""
-    if not isinstance(where, str):
-        raise TypeError(f"where= takes a query string (or None), got {where!r}")
-    return _Parser(where).parse()
 
 
 # --- evaluation -------------------------------------------------------------
@@ -595,6 +311,9 @@ def _candidates(rt: Runtime, node: Node) -> Iterable[str] | None:
 
 
 def _parse_cursor(cursor: str, order: str) -> tuple[int, int]:
+    if isinstance(cursor, str) and cursor.startswith("s"):
+        raise InvalidQuery("this cursor continues a listing with an 'order by': pass the same where with it, "
+                           "or start again without a cursor", cursor, 0)
     newest = isinstance(cursor, str) and cursor.startswith("n")
     try:
         seen, pos = (cursor[1:] if newest else cursor).split(".")
@@ -644,17 +363,21 @@ def check_order(order: str) -> str:
     return order
 
 
-def matching(rt: Runtime, where: str | None) -> Iterator[WorkflowState]:
-    """Every state matching ``where``, in first-seen order (the index answers where it can)."""
-    node = parse(where) if where is not None else None
-    pred = compile_query(rt, node) if node is not None else None
+def _states(rt: Runtime, node: Node | None) -> list[WorkflowState]:
+    """The states ``node`` may match, in first-seen order (the index answers where it can)."""
     candidates = _candidates(rt, node) if node is not None else None
-    if candidates is not None:
-        states = [st for wid in candidates if (st := rt.wf.get(wid)) is not None]
-        states.sort(key=lambda s: s.seen)
-    else:
-        states = list(rt.wf.values())
-    return (st for st in states if pred is None or pred(st))
+    if candidates is None:
+        return list(rt.wf.values())
+    states = [st for wid in candidates if (st := rt.wf.get(wid)) is not None]
+    states.sort(key=lambda s: s.seen)
+    return states
+
+
+def matching(rt: Runtime, where: str | None) -> Iterator[WorkflowState]:
+    """Every state matching ``where``'s filter, in first-seen order (its ``order by`` aside)."""
+    node = parse(where).filter if where is not None else None
+    pred = compile_query(rt, node) if node is not None else None
+    return (st for st in _states(rt, node) if pred is None or pred(st))
 
 
 def counts(rt: Runtime, where: str | None) -> dict[str, int]:
@@ -668,13 +391,20 @@ def counts(rt: Runtime, where: str | None) -> dict[str, int]:
 def select(
     rt: Runtime, where: str | None, limit: int, cursor: str | None, order: str = "oldest"
 ) -> tuple[list[WorkflowState], str | None]:
-    """The states of one page, in first-seen order (``order="newest"``: last seen first), and
-    the next page's cursor."""
+    """The states of one page, in first-seen order (``order="newest"``: last seen first; an
+    ``order by`` in ``where``: its order), and the next page's cursor."""
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
         raise ValueError(f"limit must be an int from 1 to {MAX_LIMIT}, got {limit!r}")
     newest = check_order(order) == "newest"
+    query = parse(where) if where is not None else Query(None)
+    if query.order:
+        if newest:
+            assert where is not None and query.order_at is not None
+            raise InvalidQuery("order='newest' and an 'order by' both set the order: drop one "
+                               "(the order by decides; ties go first seen first)", where, query.order_at)
+        return _sorted_page(rt, query, limit, cursor)
     mark = "n" if newest else ""
-    node = parse(where) if where is not None else None
+    node = query.filter
     pred = compile_query(rt, node) if node is not None else None
     seen, pos = _parse_cursor(cursor, order) if cursor is not None else (0, 0)
     out: list[WorkflowState] = []
@@ -700,6 +430,86 @@ def select(
             out.append(st)
             last_pos = i
     return out, None
+
+
+# --- order by ---------------------------------------------------------------
+#
+# A run's place is its sort key: per ``order by`` key, (0, value_key) for a value (nulls,
+# lists and objects: (1,), last in either direction), then its first-seen number (ties go first
+# seen first). A page is the ``limit`` smallest keys after the cursor's, so a cursor is a key:
+# a run whose sorted field changes between pages may move across it.
+
+
+@functools.total_ordering
+class _Desc:
+    """A value that sorts in reverse."""
+
+    __slots__ = ("v",)
+
+    def __init__(self, v: Any) -> None:
+        self.v = v
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Desc) and self.v == other.v
+
+    def __lt__(self, other: _Desc) -> bool:
+        return bool(other.v < self.v)
+
+    def __hash__(self) -> int:
+        return hash(self.v)
+
+
+def _key(values: list[Any], order: tuple[SortKey, ...], seen: int) -> tuple[Any, ...]:
+    """The sort key of a run from its ``value_key`` of each sorted field (None: null)."""
+    parts: list[Any] = []
+    for vk, k in zip(values, order, strict=True):
+        if vk is None or vk[1] is None:
+            parts.append((1,))
+        else:
+            vk = tuple(vk)
+            parts.append((0, _Desc(vk) if k.descending else vk))
+    parts.append(seen)
+    return tuple(parts)
+
+
+def _sorted_page(rt: Runtime, query: Query, limit: int,
+                 cursor: str | None) -> tuple[list[WorkflowState], str | None]:
+    spec = ",".join(map(str, query.order))
+    after = _parse_sorted_cursor(cursor, spec, query.order) if cursor is not None else None
+    node = query.filter
+    pred = compile_query(rt, node) if node is not None else None
+    getters = [_getter(rt, k.field) for k in query.order]
+    keyed: list[tuple[tuple[Any, ...], list[Any], WorkflowState]] = []
+    for st in _states(rt, node):
+        if pred is None or pred(st):
+            values = [value_key(get(st)) for get in getters]
+            key = _key(values, query.order, st.seen)
+            if after is None or key > after:
+                keyed.append((key, values, st))
+    page = heapq.nsmallest(limit + 1, keyed, key=lambda t: t[0])
+    if len(page) <= limit:
+        return [st for _, _, st in page], None
+    _, values, last = page[limit - 1]
+    raw = json.dumps([spec, [None if v is None or v[1] is None else list(v) for v in values], last.seen])
+    return [st for _, _, st in page[:limit]], "s" + base64.urlsafe_b64encode(raw.encode()).decode()
+
+
+def _parse_sorted_cursor(cursor: str, spec: str, order: tuple[SortKey, ...]) -> tuple[Any, ...]:
+    if not isinstance(cursor, str) or not cursor.startswith("s"):
+        raise InvalidQuery("this cursor continues a listing without an 'order by': pass the same where "
+                           "with it, or start again without a cursor", str(cursor), 0)
+    try:
+        was, values, seen = json.loads(base64.urlsafe_b64decode(cursor[1:].encode()))
+        if not isinstance(seen, int) or not isinstance(values, list) or len(values) != len(order) or not all(
+                v is None or (isinstance(v, list) and len(v) == 2 and value_key(v[1]) == tuple(v)) for v in values):
+            raise ValueError
+        key = _key(values, order, seen) if was == spec else None
+    except (ValueError, TypeError):
+        raise InvalidQuery("not a cursor of Engine.list: pass page.cursor as it was returned", cursor, 0) from None
+    if key is None:
+        raise InvalidQuery(f"this cursor continues a listing ordered by {was!s}: pass the same "
+                           "order by with it, or start again without a cursor", cursor, 0)
+    return key
 
 
 def metrics(rt: Runtime, committer: Any, backup: BackupStatus | None = None) -> Metrics:

@@ -43,8 +43,9 @@ def _path(name: str) -> dict[str, Any]:
 
 _ID = _path("workflow_id")
 _WHERE = {"name": "where", "in": "query", "schema": {"type": "string"},
-          "description": "A query such as status = 'paused' and started_at > now() - 1h "
-                         "(an unknown status is refused as UnknownStatus)"}
+          "description": "A query such as status = 'paused' and started_at > now() - 1h, which may "
+                         "end with an order: ... order by started_at desc (an unknown status is "
+                         "refused as UnknownStatus; see docs/api.md)"}
 _SID = _path("schedule_id")
 _OBJ = [_path("object"), _path("key")]
 _CONFLICT = {"409": _json(schemas.Error, "The state no longer has the version if_version names: read it again.")}
@@ -76,12 +77,14 @@ def document() -> dict[str, Any]:
     paths: dict[str, Any] = {
         "/api/runs": {
             "get": _op("List runs matching a where query, a page at a time (Engine.list)",
-                       _json(schemas.RunPage, "A page of runs, oldest first (or newest first)."), params=[
+                       _json(schemas.RunPage, "A page of runs, oldest first (or newest first, or in the "
+                                                    "where query's order by)."), params=[
                            _WHERE,
                            {"name": "order", "in": "query",
                             "schema": {"type": "string", "enum": ["oldest", "newest"], "default": "oldest"},
                             "description": "oldest: first seen first; newest: last seen first (pass the "
-                                           "same order with a cursor)"},
+                                           "same order with a cursor; with an order by in where, "
+                                           "newest is refused)"},
                            {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1,
                                                                         "maximum": 10000, "default": 100}},
                            {"name": "cursor", "in": "query", "schema": {"type": "string"},

@@ -26,6 +26,7 @@ import fusee
 from fusee import codec
 from fusee.core import records as rec
 from fusee.engine import visibility
+from fusee.engine.query_grammar import split_order
 from fusee.errors import FuseeError, InvalidQuery, NotFound
 from fusee.http import sse
 from fusee.http.auth import check_secret, user_of
@@ -192,9 +193,10 @@ class _UI:
             parts.append(f"status = {_lit(f['status'])}")
         if f["workflow"]:
             parts.append(f"workflow = {_lit(f['workflow'])}")
-        if f["q"]:
-            parts.append(f"({f['q']})")
-        return " and ".join(parts) or None
+        q, order_by = split_order(f["q"]) if f["q"] else ("", "")
+        if q:
+            parts.append(f"({q})")
+        return " ".join(filter(None, [" and ".join(parts), order_by])) or None
 
     async def page(self, request: Request) -> dict[str, Any]:
         f = self.filters(request)

@@ -41,6 +41,14 @@ def test_runs_by_status_newest_first_since_and_counts_offline(tmp_path: Path) ->
     assert _ids(fusee_cmd("runs", str(d), "--since", "1h", "--workflow", "order", "--json")) == [
         "o-0", "o-1", "o-2"]
 
+    # An order by in --where stays last when the other filters join it; its cursors page on.
+    assert _ids(fusee_cmd("runs", str(d), "--where", "workflow_id != 'x' order by workflow_id desc",
+                          "--status", "running", "--limit", "2", "--all", "--json")) == ["o-2", "o-1", "o-0"]
+    assert _ids(fusee_cmd("runs", str(d), "--where", "order by status, workflow_id desc", "--json")) == [
+        "p-1", "o-2", "o-1", "o-0"]
+    line = one_line_error(fusee_cmd("runs", str(d), "--newest", "--where", "order by workflow_id"))
+    assert "both set the order" in line
+
     p = fusee_cmd("runs", str(d), "--status", "pasued")
     assert p.returncode == 2 and "'pasued' is not one of" in p.stderr and "'paused'" in p.stderr
     line = one_line_error(fusee_cmd("runs", str(d), "--where", "status = 'pasued'"))

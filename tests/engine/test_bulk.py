@@ -103,6 +103,7 @@ async def test_resume_terminate_signal_and_reset_in_bulk(tmp_path: Path) -> None
 @pytest.mark.parametrize(("action", "where", "options", "match"), [
     ("delete", "workflow = 'fine'", {}, "unknown bulk action"),
     ("cancel", "", {}, "needs a where query"),
+    ("cancel", "order by started_at desc", {}, "needs a where query"),  # an order names no runs
     ("cancel", "workflow = 'fine'", {"limit": 1001}, "from 1 to 1000"),
     ("cancel", "workflow = 'fine'", {"limit": 0}, "from 1 to 1000"),
     ("signal", "workflow = 'fine'", {}, "needs signal="),

@@ -1,17 +1,27 @@
-"""Visibility through the public API: list and its query language, attributes, metrics, keep_history."""
+"""Visibility through the public API: list and its query language (order by, now() on the engine's
+clock, answers against a direct evaluation), attributes, metrics, keep_history."""
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import datetime
+import random
 import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import fusee
+from fusee.engine.query_grammar import Query, SortKey
+from fusee.engine.visibility import MAX_LIMIT
+from fusee.testing import TestEngine
+from tests.engine.query_strategies import KEYS, evaluate, queries, rendered, sort
 from tests.engine.visibility_app import tagged
 from tests.helpers import crash_in_process, until
 
@@ -254,3 +264,140 @@ async def test_keep_history_off_keeps_start_and_ending(tmp_path: Path) -> None:
         await engine.get("o-1").result()
         assert await engine.query("o-1", status_q) == "waiting"
         assert len(await engine.journal("o-1")) > 2
+
+
+# --- order by, now() and the language against a direct evaluation -----------------------
+
+go = fusee.signal("go")
+
+
+@fusee.workflow("alpha")
+async def alpha(ctx: fusee.Ctx, attrs: dict[str, Any]) -> None:
+    ctx.set_attributes(attrs)
+    await ctx.wait_for(go)
+
+
+@fusee.workflow("beta")
+async def beta(ctx: fusee.Ctx, attrs: dict[str, Any]) -> None:
+    ctx.set_attributes(attrs)
+    await ctx.wait_for(go)
+
+
+async def _runs(env: TestEngine, n: int, seed: int = 7) -> None:
+    """``n`` runs a minute apart (``t-0`` first) with attributes drawn from the strategies' pools;
+    some end ``ok``, some are terminated."""
+    rnd = random.Random(seed)
+    for i in range(n):
+        attrs = {"n": rnd.choice([0, 1, 2, 3, "2", True, None, 1.5])}
+        for key in KEYS[1:]:
+            if rnd.random() < 0.6:
+                attrs[key] = rnd.choice([None, True, False, -1, 0, 2, 0.5, "a", "b", "acme", ""])
+        await env.start(alpha if rnd.random() < 0.6 else beta, f"t-{i}", attrs)
+        await env.skip("1m")
+    await until(lambda: all(r.attributes for r in env.runs()))
+    for i in range(n):
+        if rnd.random() < 0.3:
+            await env.signal(f"t-{i}", go)
+            await env.get(f"t-{i}").result()
+        elif rnd.random() < 0.2:
+            await env.terminate(f"t-{i}")
+        await env.skip("10s")
+
+
+async def test_order_by_lists_in_that_order_across_pages() -> None:
+    async with TestEngine([alpha, beta], frozen_clock=True, skip_time=False, shards=3) as env:
+        await _runs(env, 12)
+        first_seen = [f"t-{i}" for i in range(12)]
+        assert ids(env.list("order by started_at desc")) == first_seen[::-1]
+        assert ids(env.list("order by started_at")) == first_seen
+        assert ids(env.list("workflow = 'alpha' or workflow = 'beta' ORDER BY Started_At DESC")) == first_seen[::-1]
+        ended = [r for r in env.runs() if r.ended_at is not None]
+        assert ended and len(ended) < 12
+        by_end = sorted(ended, key=lambda r: r.ended_at or 0, reverse=True)
+        # Nulls (running runs: no ended_at) come last, in either direction; ties go first seen first.
+        assert ids(env.list("order by ended_at desc")) == [r.workflow_id for r in by_end] + [
+            w for w in first_seen if w not in ids(fusee.RunPage(ended, None))]
+        expected = [r.workflow_id for r in sort([r for r in env.runs() if r.workflow == "alpha"],
+                                                (SortKey("status"), SortKey("attrs.n", True)))]
+        assert ids(env.list("workflow = 'alpha' order by status, attrs.n desc")) == expected
+        # Pages: the cursor continues the order.
+        for where in ("order by attrs.n desc, shard", "attrs.s != 'zz' order by status desc", "order by workflow_id"):
+            whole = ids(env.list(where, limit=MAX_LIMIT))
+            walked: list[str] = []
+            page = env.list(where, limit=5)
+            walked += ids(page)
+            while page.cursor is not None:
+                page = env.list(where, limit=5, cursor=page.cursor)
+                walked += ids(page)
+            assert walked == whole and len(whole) >= 5, where
+        assert ids(env.list("order by workflow_id", limit=12)) == sorted(first_seen)
+        assert env.list("order by workflow_id", limit=12).cursor is None  # exactly the last match
+        # counts and bulk actions take the order by too: counts ignore it, bulk picks in its order.
+        assert env.counts("workflow = 'alpha' order by started_at desc") == env.counts("workflow = 'alpha'")
+        running = [w for w in first_seen[::-1] if env.describe(w).status == "running"]
+        picked = await env.bulk("cancel", "status = 'running' order by started_at desc", dry_run=True, limit=2)
+        assert picked.workflow_ids == tuple(running[:2]) and picked.matched == len(running)
+
+        # order='newest' and an order by both set the order: refused where the order by is.
+        with pytest.raises(fusee.InvalidQuery, match="both set the order") as e:
+            env.list("workflow = 'alpha' order by started_at", order="newest")
+        assert e.value.position == 19
+        # A cursor continues only the listing it came from.
+        sorted_cursor = env.list("order by shard", limit=2).cursor
+        plain_cursor = env.list(limit=2).cursor
+        assert sorted_cursor is not None and plain_cursor is not None
+        with pytest.raises(fusee.InvalidQuery, match="ordered by shard asc"):
+            env.list("order by shard desc", cursor=sorted_cursor)
+        with pytest.raises(fusee.InvalidQuery, match="without an 'order by'"):
+            env.list("order by shard", cursor=plain_cursor)
+        with pytest.raises(fusee.InvalidQuery, match="with an 'order by'"):
+            env.list(cursor=sorted_cursor)
+        for forged in ("s", "sbm90IGpzb24", "s" + base64.urlsafe_b64encode(b'["shard asc", [["x", 1]], 3]').decode(),
+                       "s" + base64.urlsafe_b64encode(b'["shard asc", [[2, "text"]], 3]').decode()):
+            with pytest.raises(fusee.InvalidQuery, match="not a cursor"):
+                env.list("order by shard", cursor=forged)
+
+
+async def test_now_is_the_engines_clock() -> None:
+    async with TestEngine([alpha], frozen_clock=True, skip_time=False) as env:
+        await env.start(alpha, "a-1", {"n": 1})
+        await env.skip("2h")  # the engine's clock only: real time hardly moved
+        await env.start(alpha, "a-2", {"n": 2})
+        await env.signal("a-2", go)
+        await env.get("a-2").result()
+        assert ids(env.list("started_at > now() - 1h")) == ["a-2"]
+        assert ids(env.list("started_at <= now() - 2h")) == ["a-1"]
+        assert ids(env.list("started_at > now() - 121m order by started_at desc")) == ["a-2", "a-1"]
+        assert ids(env.list("ended_at <= now()")) == ["a-2"]
+        assert ids(env.list("ended_at > now() + 1s or ended_at = null")) == ["a-1"]
+        assert env.counts("started_at > now() - 1h")["ok"] == 1
+        await env.skip("1h")
+        assert ids(env.list("started_at > now() - 1h")) == []  # now() is read when the query runs
+
+
+@pytest.mark.timeout(600)
+async def test_answers_match_a_direct_evaluation_of_the_query() -> None:
+    async with TestEngine([alpha, beta], frozen_clock=True, skip_time=False, shards=2) as env:
+        await _runs(env, 30, seed=11)
+        runs = env.runs()
+        now_ms = round(env.now().timestamp() * 1000)
+
+        @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+        @given(queries(), st.data(), st.integers(1, 7))
+        def check(query: Query, data: st.DataObject, limit: int) -> None:
+            text = data.draw(rendered(query), label="text")
+            matched = [r for r in runs if query.filter is None or evaluate(query.filter, r, now_ms)]
+            expected = [r.workflow_id for r in sort(matched, query.order)]
+            assert ids(env.list(text, limit=MAX_LIMIT)) == expected
+            assert sum(env.counts(text).values()) == len(expected)
+            walked: list[str] = []
+            cursor = None
+            while True:
+                page = env.list(text, limit=limit, cursor=cursor)
+                walked += ids(page)
+                if page.cursor is None:
+                    break
+                cursor = page.cursor
+            assert walked == expected
+
+        check()

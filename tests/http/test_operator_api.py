@@ -67,6 +67,14 @@ async def test_paused_runs_newest_first_and_counts_that_follow_the_filter(engine
 
         r = await c.get("/api/runs", params={"where": "started_at > now() - 1h and workflow = 'order'"})
         assert len(r.json()["items"]) == 3
+        where = "workflow = 'order' order by workflow_id desc"
+        r = await c.get("/api/runs", params={"where": where, "limit": 2})
+        assert r.status_code == 200 and [s["workflow_id"] for s in r.json()["items"]] == ["o-2", "o-1"]
+        r = await c.get("/api/runs", params={"where": where, "limit": 2, "cursor": r.json()["cursor"]})
+        assert [s["workflow_id"] for s in r.json()["items"]] == ["o-0"] and r.json()["cursor"] is None
+        r = await c.get("/api/runs", params={"where": where, "order": "newest"})
+        assert r.status_code == 400 and r.json()["error"]["field"] == "where"
+        assert "both set the order" in r.json()["error"]["message"]
 
         r = await c.get("/api/counts", params={"where": "workflow = 'order'"})
         assert r.status_code == 200, r.text

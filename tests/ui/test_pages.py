@@ -210,6 +210,15 @@ def test_ids_that_need_quoting_and_paging_through_many_runs() -> None:
         ids = re.findall(r'data-id="(inv-\d+)"', page)
         assert ids == [f"inv-{i:03d}" for i in range(PAGE, PAGE + 5)]
         assert 'id="next-page"' not in page
+        # A search's order by stays last when the workflow filter joins it, and pages on.
+        q = urllib.parse.quote("workflow_id != 'x' or shard = 0 order by workflow_id desc")
+        status, page = get(f"{served.url}/?workflow=invoice&q={q}")
+        assert status == 200 and re.findall(r'data-id="(inv-\d+)"', page) == [
+            f"inv-{i:03d}" for i in range(PAGE + 4, 4, -1)]
+        found = re.search(r'href="(\?[^"]*cursor=[^"]*)" id="next-page"', page)
+        assert found is not None
+        status, page = get(served.url + "/" + found.group(1).replace("&amp;", "&"))
+        assert re.findall(r'data-id="(inv-\d+)"', page) == [f"inv-{i:03d}" for i in range(4, -1, -1)]
 
 
 def test_the_ui_calls_an_engine_running_on_another_loop() -> None:
