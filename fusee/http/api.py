@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import functools
+import inspect
 import json
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
@@ -45,9 +46,11 @@ from litestar.exceptions import (
 )
 from litestar.openapi import OpenAPIConfig, ResponseSpec
 from litestar.openapi.plugins import JsonRenderPlugin
-from litestar.openapi.spec import Components, SecurityScheme
+from litestar.openapi.spec import Components, Schema, SecurityScheme
 from litestar.params import HeaderParameter, JSONBody, PathParameter, QueryParameter
-from litestar.types import ASGIApp
+from litestar.plugins import OpenAPISchemaPlugin
+from litestar.types import ASGIApp, Empty
+from litestar.typing import FieldDefinition
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp as StarletteApp
 from starlette.types import Message, Receive, Scope, Send
@@ -174,6 +177,35 @@ def decode(raw: bytes, kind: type[T]) -> T:
         raise BadRequest(message, field) from None
     except msgspec.DecodeError as e:
         raise BadRequest(f"the request body is not JSON: {e}", "body") from None
+
+
+class StructSchemas(OpenAPISchemaPlugin):
+    """Documents the API's msgspec structs as Litestar does, with what msgspec's own JSON Schema
+    says of them too: the struct's docstring (``description``) and, for a request body that
+    refuses unknown fields, ``additionalProperties: false``."""
+
+    def is_plugin_supported_field(self, field_definition: FieldDefinition) -> bool:
+        return not field_definition.is_union and field_definition.is_subclass_of(msgspec.Struct)
+
+    def to_openapi_schema(self, field_definition: FieldDefinition, schema_creator: Any) -> Schema:
+        kind = field_definition.type_
+        info = msgspec.inspect.type_info(kind)
+        assert isinstance(info, msgspec.inspect.StructType)
+        hints = field_definition.get_type_hints(include_extras=True, resolve_generics=True)
+        unset = (msgspec.NODEFAULT, msgspec.UNSET)
+        properties = {
+            f.encode_name: FieldDefinition.from_annotation(
+                hints[f.name], name=f.encode_name, default=Empty if f.default in unset else f.default)
+            for f in info.fields
+        }
+        schema: Schema = schema_creator.create_component_schema(
+            field_definition, required=sorted(f.encode_name for f in info.fields if f.required),
+            property_fields=properties)
+        if kind.__doc__:
+            schema.description = inspect.cleandoc(kind.__doc__)
+        if info.forbid_unknown_fields:
+            schema.additional_properties = False
+        return schema
 
 
 # --- what the document says of every operation ----------------------------------------
@@ -1006,6 +1038,7 @@ def build(engine: fusee.Engine | None) -> Litestar:
             security=[{"bearer": []}, {}],
             render_plugins=[JsonRenderPlugin()],  # served by the outer app at /openapi.json
         ),
+        plugins=[StructSchemas()],
         request_max_body_size=None,
         logging_config=None,
         debug=False,
