@@ -48,8 +48,9 @@ def app(engine: fusee.Engine, token: str | None = None, *, tokens: Mapping[str, 
         max_body: int = DEFAULT_MAX_BODY, secret: bytes | str | None = None) -> ASGIApp:
     """The HTTP API of ``engine`` as an ASGI app (Starlette), with the web UI at ``/ui``.
 
-    Endpoints are under ``/api`` (the OpenAPI document is at ``/openapi.json``
-    and in docs/operations.md). With ``token``, every request (the UI's too)
+    Endpoints are under ``/api`` (declared in ``fusee.http.api``; the OpenAPI
+    document generated from them is at ``/openapi.json``, and they are listed in
+    docs/operations.md). With ``token``, every request (the UI's too)
     must carry ``Authorization: Bearer <token>``; others get 401 and nothing
     runs. With ``tokens`` (each person's name → their token) a request
     carries one of them and the audit (``by``) records its holder's name,
