@@ -1056,7 +1056,8 @@ class Gateway:
     (:func:`fusee.http.paths.encoded_path`: an ID's ``%2F`` stays in its segment), under the outer
     app's root (the API's routes spell out ``/api``), and with a write's body read whole before
     Litestar sees it: a blank one is ``{}`` (every field left out), and one over the size limit is
-    refused by the outer app's checks (413) before any handler runs."""
+    refused by the outer app's checks (413) before any handler runs. A HEAD gets the answer to a
+    GET, without its body."""
 
     def __init__(self, api: Litestar, prefix: str = "/api") -> None:
         # (Litestar types its ASGI messages as TypedDicts, Starlette as plain mappings: the same messages.)
@@ -1074,9 +1075,28 @@ class Gateway:
             raise StarletteHTTPException(404)
         outer = root[: -len(self.prefix)] if root.endswith(self.prefix) else root
         scope = {**scope, "path": path, "root_path": outer}
-        if scope["method"] not in SAFE_METHODS:
+        if scope["method"] == "HEAD":
+            # A GET's answer without its body, as every GET route answered HEAD before.
+            scope["method"] = "GET"
+            send = _headers_only(send)
+        elif scope["method"] not in SAFE_METHODS:
             receive = await _whole(receive)
         await self.api(scope, receive, send)
+
+
+def _headers_only(send: Send) -> Send:
+    """``send`` for a HEAD request: the status and headers, then an empty end."""
+    done = False
+
+    async def head(message: Message) -> None:
+        nonlocal done
+        if message["type"] == "http.response.start":
+            await send(message)
+        elif message["type"] == "http.response.body" and not done:
+            done = True
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    return head
 
 
 async def _whole(receive: Receive) -> Receive:
