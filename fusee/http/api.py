@@ -107,7 +107,7 @@ class BadRequest(Exception):
         self.type = type
 
 
-async def on_engine(engine: Engine, call: Callable[[], Awaitable[T]]) -> T:
+async def on_engine(engine: fusee.Engine, call: Callable[[], Awaitable[T]]) -> T:
     """Awaits ``call()`` on the engine's loop (here if this is it) and returns its result."""
     if asyncio.get_running_loop() is engine.loop:
         return await call()
