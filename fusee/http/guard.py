@@ -21,6 +21,7 @@ reaches the server under its own host name and reads the answers. So:
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 from urllib.parse import urlsplit
 
 from starlette.datastructures import Headers
@@ -40,11 +41,15 @@ SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 _SAME = frozenset({"same-origin", "none"})
 
 
+def error_body(type: str, message: str, field: str | None = None) -> dict[str, Any]:
+    """The body of the API's error answers: ``{"error": {"type", "message", "field"}}``."""
+    return {"error": {"type": type, "message": message, "field": field}}
+
+
 def error_response(status: int, type: str, message: str, field: str | None = None,
                    headers: dict[str, str] | None = None) -> JSONResponse:
-    """The API's error answer: ``{"error": {"type", "message", "field"}}``."""
-    body = {"error": {"type": type, "message": message, "field": field}}
-    return JSONResponse(body, status_code=status, headers=headers)
+    """The API's error answer (:func:`error_body`), from the checks before the API's handlers."""
+    return JSONResponse(error_body(type, message, field), status_code=status, headers=headers)
 
 
 def host_names(hosts: Sequence[str]) -> list[str]:

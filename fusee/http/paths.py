@@ -2,16 +2,16 @@
 
 Servers hand an ASGI app the path decoded, where an ID's ``%2F`` is a ``/`` like
 any other: ``/api/runs/x%2Fjournal`` and ``/api/runs/x/journal`` become the same
-path. :class:`RawPath` routes on the path as sent instead, so each ``{param}``
-is exactly one segment (routes cannot collide) and :func:`param` decodes it once.
+path. The JSON API is routed on the path as sent instead (``fusee.http.api.Gateway``),
+so each ``{param}`` is exactly one segment (routes cannot collide) and its handler
+decodes it once (``fusee.http.api.segment``).
 """
 
 from __future__ import annotations
 
 from urllib.parse import quote, unquote
 
-from starlette.requests import Request
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import Scope
 
 
 def encoded_path(scope: Scope) -> str:
@@ -32,22 +32,3 @@ def encoded_path(scope: Scope) -> str:
                     return root + text[i:]
     rest = path[len(root):] if path.startswith(root) else path
     return root + quote(rest, safe="/")
-
-
-class RawPath:
-    """Routes ``app`` on the path as sent (see :func:`encoded_path`)."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            scope = {**scope, "path": encoded_path(scope)}
-        await self.app(scope, receive, send)
-
-
-def param(request: Request, name: str) -> str:
-    """The path parameter ``name``, decoded once (bytes that are no UTF-8 stay as surrogates, for
-    the engine to refuse as an invalid ID)."""
-    value: str = request.path_params[name]
-    return unquote(value, errors="surrogateescape")

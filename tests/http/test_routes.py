@@ -166,3 +166,34 @@ async def test_an_update_refused_by_its_validator_gives_the_validators_words(eng
         r = await c.post("/api/runs/o-1/update", json={"name": "bump", "arg": -1})
     assert r.status_code == 400
     assert r.json()["error"]["message"] == "the update was rejected: bump by a positive number"
+
+
+async def test_an_empty_segment_is_no_route(engine: fusee.Engine) -> None:
+    """``//`` never lets the next word slide into an ID's place: /api/runs//journal is not the run
+    ``journal``."""
+    await engine.start(ops_app.order, "journal", "acme")
+    async with client(engine) as c:
+        assert (await c.get("/api/runs/journal")).json()["workflow_id"] == "journal"
+        for bad in ("/api/runs//journal", "/api/runs/journal//journal", "/api//runs/journal"):
+            r = await c.get(bad)
+            assert r.status_code == 404 and r.json()["error"]["field"] == "path", (bad, r.text)
+
+
+@pytest.mark.parametrize("body", [b"", b"  \n"])
+async def test_a_blank_body_is_an_empty_object(engine: fusee.Engine, body: bytes) -> None:
+    await engine.start(ops_app.order, "o-1", "acme")
+    async with client(engine) as c:
+        r = await c.post("/api/runs/o-1/cancel", content=body, headers={"Content-Type": "application/json"})
+        assert r.status_code == 200, r.text
+        r = await c.post("/api/runs", content=body, headers={"Content-Type": "application/json"})
+        assert r.status_code == 400 and r.json()["error"]["field"] == "workflow", r.text
+
+
+async def test_a_get_route_answers_head_without_a_body(engine: fusee.Engine) -> None:
+    await engine.start(ops_app.order, "o-1", "acme")
+    async with client(engine) as c:
+        r = await c.head("/api/runs/o-1")
+        assert r.status_code == 200 and r.content == b"" and int(r.headers["content-length"]) > 0
+        assert (await c.head("/api/runs/missing")).status_code == 404
+        r = await c.head("/api/runs/o-1/signal")
+        assert r.status_code == 405 and "POST" in r.headers["allow"]
