@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from pathlib import Path
 
 import pytest
@@ -32,13 +31,11 @@ async def reminder(ctx: fusee.Ctx) -> str:
 
 
 async def test_a_year_of_sleeps_takes_milliseconds() -> None:
-    t0 = time.monotonic()
     async with TestEngine(workflows=[subscription]) as env:
         start = env.now()
         out = await asyncio.wait_for(env.execute(subscription, "sub-1", 12), 10)
         assert out == [f"month {m}" for m in range(12)]
         assert (env.now() - start).days >= 360
-    assert time.monotonic() - t0 < 10
 
 
 async def test_timeouts_fire_and_skip_moves_time_by_hand() -> None:

@@ -79,6 +79,15 @@ def newest_note(number: int) -> bytes:
     return body + fmt.U32.pack(fmt.crc(body))
 
 
+def read_head(storage: Storage, path: str) -> SegmentHeader | None:
+    """The header of the segment at ``path`` (None: not a complete, intact one)."""
+    fh = storage.open(path)
+    try:
+        return SegmentHeader.decode(storage.pread(fh, 512, 0))
+    finally:
+        storage.close(fh)
+
+
 def segment_name(number: int) -> str:
     return f"{number:012d}{SEG_SUFFIX}"
 
@@ -500,11 +509,8 @@ class SharedLog(FlushLifecycle):
         return [n for n in numbers if n >= first]
 
     def _head(self, number: int) -> SegmentHeader | None:
-        fh = self.storage.open(f"{self.dir.log_dir}/{segment_name(number)}")
-        try:
-            return SegmentHeader.decode(self.storage.pread(fh, 512, 0))
-        finally:
-            self.storage.close(fh)
+        # Read again by the scan after the sync: this read only tells whose segment it is.
+        return read_head(self.storage, f"{self.dir.log_dir}/{segment_name(number)}")
 
     def _sync_before_reading(self, numbers: list[int]) -> None:
         """Makes the segments durable, then reads them from the disk, before recovery trusts them.
@@ -877,13 +883,6 @@ class _Scan:
             raise LogCorrupted(path, offset, reason, advice)
         self.rec.truncated_at = (path, offset)
 
-    def _read_head(self, path: str) -> SegmentHeader | None:
-        fh = self.s.open(path)
-        try:
-            return SegmentHeader.decode(self.s.pread(fh, 512, 0))
-        finally:
-            self.s.close(fh)
-
     def run(self, numbers: list[int], start: int, has_ckpt: bool) -> None:
         log = self.log
         log._highest_seen = max(numbers, default=max(start - 1, 0))
@@ -891,7 +890,7 @@ class _Scan:
             log._highest_seen = max(log._highest_seen, self.newest)
         paths = {n: f"{log.dir.log_dir}/{segment_name(n)}" for n in numbers}
         # Headers first (a few bytes each); a segment's body is read only when its turn comes.
-        headers = {n: self._read_head(paths[n]) for n in numbers}
+        headers = {n: read_head(self.s, paths[n]) for n in numbers}
         newest = self.newest
         if newest is not None and newest < start:
             raise LogCorrupted(f"{log.dir.log_dir}/{NEWEST}", 0,

@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -75,14 +74,12 @@ def test_kill_during_a_durable_sleep(tmp_path: Path) -> None:
     assert p.stdout is not None
     line = p.stdout.readline()
     assert json.loads(line) == {"sleeping": True}
-    t_kill = time.monotonic()
     p.send_signal(signal.SIGKILL)
     p.communicate(timeout=60)
     out = finish(start(tmp_path, "sleeper"))
     result = out[-1]["result"]
     # The sleep kept its recorded deadline across the crash: at least 1.5 s in all.
     assert result["slept"] >= 1.5
-    assert time.monotonic() - t_kill < 60
     names = [k.rsplit("/", 1)[1] for k, _, _ in effects(tmp_path)]
     assert names == ["0", "4"], "the step before the sleep ran again"
     check_no_step_ran_on_a_taken_back_input(tmp_path)

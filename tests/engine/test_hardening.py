@@ -202,9 +202,11 @@ async def test_close_waits_for_running_steps_and_records_them(tmp_path: Path) ->
 
 async def test_close_grace_bounds_the_wait(tmp_path: Path) -> None:
     release = threading.Event()
+    returned: list[str] = []
 
     def stuck() -> str:
         release.wait(30)
+        returned.append("late")
         return "late"
 
     @fusee.workflow("long_step")
@@ -214,9 +216,10 @@ async def test_close_grace_bounds_the_wait(tmp_path: Path) -> None:
     engine = await fusee.Engine.open(tmp_path, workflows=[long_step])
     await engine.start(long_step, "l-1")
     await asyncio.sleep(0.05)
-    t0 = time.monotonic()
+    # The step is released only after close returns: a close that waited for it would have
+    # seen it return (after its 30 s wait) first.
     await engine.close(grace=0.1)
-    assert time.monotonic() - t0 < 5
+    assert returned == []
     release.set()
 
 
@@ -306,10 +309,8 @@ async def test_child_timeout_is_enforced_and_the_close_policy_applies() -> None:
         return "got it"
 
     async with fusee.Engine.open(workflows=[impatient, slow_child]) as engine:
-        t0 = time.monotonic()
-        out = await engine.execute(impatient, "parent-1")
+        out = await engine.execute(impatient, "parent-1")  # the child waits forever: only its timeout ends it
         assert out.startswith("gave up")
-        assert time.monotonic() - t0 < 5
         with pytest.raises(fusee.WorkflowTerminated):
             await engine.get("kid-1").result()
 

@@ -7,7 +7,6 @@ import functools
 import hashlib
 import json
 import os
-import time
 from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
@@ -171,10 +170,8 @@ async def test_a_bad_meta_file_is_a_typed_error_naming_it(tmp_path: Path, meta: 
     async with fusee.Engine.open(tmp_path, workflows=[waits]):
         pass
     (tmp_path / "meta").write_text(meta)
-    t0 = time.monotonic()
     with pytest.raises(InvalidMeta) as info:
         await fusee.Engine.open(tmp_path, workflows=[waits])
-    assert time.monotonic() - t0 < 2
     assert str(tmp_path / "meta") in str(info.value)
     (tmp_path / "meta").write_text('{"format": 3, "shards": 1}')
     async with fusee.Engine.open(tmp_path, workflows=[waits]):  # and the lock was released
