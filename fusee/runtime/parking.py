@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Protocol
 
 from fusee.core import records as rec
+from fusee.errors import LogFailed
 from fusee.runtime import budget
 from fusee.runtime.snapshot import pack
 from fusee.runtime.table import NO_LSNS, NO_RECORDS, WorkflowState, has_outbox
@@ -177,7 +178,11 @@ def wake_for_permit(rt: ParkingHost, ident: tuple[str, int, int]) -> None:
     gets it at once); a permit nobody can claim goes back."""
     wid, run_id, _ = ident
     st = rt.wf.get(wid)
-    if rt.closed or st is None or st.run_id != run_id or st.status is not None or rt.loaded(st) is None:
+    try:
+        gone = rt.closed or st is None or st.run_id != run_id or st.status is not None or rt.loaded(st) is None
+    except LogFailed:
+        gone = True  # the log failed: nothing wakes until the reopen
+    if gone:
         rt.limiter.drop_reservation(ident)
         return
     # Claimed within a few turns of the loop, unless the step can no longer start (a cancel came).

@@ -572,7 +572,9 @@ class Runtime:
             self.loop.call_soon(self._deliver, fn, args)
 
     def _deliver(self, fn: Callable[..., None], args: tuple[Any, ...]) -> None:
-        if not self.closed:
+        # A failed log takes no record a delivery would journal; the message goes again from
+        # its record when the reopened engine replays its sender.
+        if not self.closed and self.log.failed is None:
             fn(*args)
             # Nobody may wait for what a message journaled (a close policy's cancel, say).
             self.committer.request_flush()
@@ -1004,9 +1006,14 @@ class Runtime:
 
     def loaded(self, st: WorkflowState) -> Run | None:
         """The run's code in memory: a parked run is woken (replayed) first, and a run recovery has
-        not loaded yet is loaded now. None once it ended."""
+        not loaded yet is loaded now. None once it ended. Raises ``LogFailed`` (or ``DiskFull``)
+        for a run not in memory once the log failed: nothing can be woken until the reopen."""
         if st.run is not None:
             return st.run
+        if self.log.failed is not None and st.status is None:
+            # Waking replays, and replay appends. A wake whose append failed would park the run
+            # again, and its replay would resend what woke it: the same instant, forever.
+            raise self.log.failure()
         if st.status is None and st.packed is not None and st.id not in self.stuck:
             try:
                 st.journal, st.lsns = unpack(st.packed, self.sealer)

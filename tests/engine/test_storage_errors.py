@@ -322,3 +322,22 @@ async def test_a_checkpoint_is_written_by_size_too() -> None:
             await engine.execute(big, f"b{i}", i)
         await until(lambda: engine.stats["checkpoints"] >= 1)
         assert engine._log.since_checkpoint < 64 << 10
+
+
+@sync
+async def test_a_failed_log_wakes_no_parked_run() -> None:
+    # Waking replays and appends; a wake that failed would park the run again and be asked
+    # again at once (seed 1225: a parent's replay resent its finished child's start, forever).
+    engine = await fusee.Engine.open(workflows=[waits], park_after=0)
+    await engine.start(waits, "w1")
+    await until(lambda: engine._rt.wf["w1"].packed is not None)
+    woken = engine._rt.stats["woken"]
+    engine._log.storage.fail_next_fdatasync()  # type: ignore[attr-defined]
+    with pytest.raises(EngineClosed):
+        await engine.start(waits, "w2")
+    with pytest.raises(LogFailed):
+        engine._rt.loaded(engine._rt.wf["w1"])
+    with pytest.raises(EngineClosed):
+        await engine.signal("w1", go, 1)
+    assert engine._rt.stats["woken"] == woken
+    await engine.close()

@@ -29,7 +29,11 @@ FOUND: dict[int, str] = {
     "run went on (after the reopen the same update ID was answered ok); they get EngineClosed",
     1455: "(a checker's bug) the cancel-gate checker took a step that began in the same virtual "
     "instant as the cancel's acknowledgement, but before it, for one that began after it",
+    1225: "after the log failed, a message woke a parked parent whose replay resent its finished "
+    "child's start; the wake's append failed, the parent parked again and the answer woke it "
+    "again, at one virtual instant, forever (memory without bound)",
 }
+FOUND[2014] = FOUND[1225]
 # Synchronous step functions blocking up to 60 ms run inline back to back (the steps one flush
 # released, or retrying tasks): what was pending waited behind them for the released steps
 # (producers) to join it, and an outcome from the step pool behind all of them.
