@@ -750,6 +750,10 @@ class Runtime:
         lsn = self.append(st.shard, done)
         st.journal.append(done)
         st.lsns.append(lsn)
+        if self.to_load.pop(wid, None) == st.run_id or wid in self.stuck:
+            # Its replay in this life did not reach the end (not loaded yet, or stopped at a
+            # divergence): children to start and signals to send may still be owed (seed 2938).
+            recovery.redo_outbox(self, st)
         self.stuck.pop(wid, None)
         self.stuck_errors.pop(wid, None)
         st.status, st.payload, st.done_lsn = done.status, done.payload, lsn

@@ -34,6 +34,8 @@ FOUND: dict[int, str] = {
     "again, at one virtual instant, forever (memory without bound)",
 }
 FOUND[2014] = FOUND[1225]
+FOUND[2938] = ("a run terminated after the reopen but before recovery loaded it never sent the "
+               "child starts its journal held: the children never started (nor met the close policy)")
 # Synchronous step functions blocking up to 60 ms run inline back to back (the steps one flush
 # released, or retrying tasks): what was pending waited behind them for the released steps
 # (producers) to join it, and an outcome from the step pool behind all of them.
