@@ -36,6 +36,7 @@ from fusee.errors import (
     FuseeError,
     HistoryUnavailable,
     InvalidQuery,
+    InvalidRouteTLS,
     InvalidSchedule,
     MissingKey,
     NotFound,
@@ -78,6 +79,7 @@ from fusee.step import step, step_info
 from fusee.steptimes import StepAttempt
 from fusee.sync import SyncEngine, SyncRunHandle
 from fusee.telemetry import Telemetry
+from fusee.tls import RouteTLS
 from fusee.version import __version__ as __version__
 
 # A library logs, the application decides where it goes: nothing prints unless configured.
@@ -109,6 +111,7 @@ __all__ = [
     "Handler",
     "HistoryUnavailable",
     "InvalidQuery",
+    "InvalidRouteTLS",
     "InvalidSchedule",
     "Limit",
     "LimitStatus",
@@ -129,6 +132,7 @@ __all__ = [
     "QueryFailed",
     "Receipt",
     "Retry",
+    "RouteTLS",
     "RoutingRefused",
     "RunHandle",
     "RunNotCurrent",

@@ -167,6 +167,12 @@ class RoutingRefused(FuseeError):
     """
 
 
+class InvalidRouteTLS(FuseeError, ValueError):
+    """``route_tls=`` is not a usable :class:`fusee.RouteTLS`: a wrong type, or a certificate,
+    key or authority file that cannot be read or does not parse (the message names it).
+    Nothing was opened."""
+
+
 class OutcomeUnknown(FuseeError):
     """The owner of the engine directory went away while it handled a routed call.
 

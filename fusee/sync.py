@@ -38,6 +38,7 @@ from fusee.runtime.env import DEFAULT_STEP_THREADS, Env
 from fusee.runtime.runtime import DEFAULT_LOAD_ROOM
 from fusee.runtime.streams import StreamBatch
 from fusee.sizes import Size
+from fusee.tls import RouteTLS
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -179,6 +180,7 @@ class SyncEngine:
         namespace: str | None = None,
         lease_ttl: float | None = None,
         route_address: str | None = None,
+        route_tls: RouteTLS | None = None,
     ) -> SyncEngine:
         """Opens (or creates) ``path`` (a directory, a PostgreSQL DSN, or None for memory) and recovers it,
         as :meth:`fusee.Engine.open` does with the same options, on a loop thread of its own.
@@ -195,6 +197,7 @@ class SyncEngine:
             max_loaded=max_loaded, memory_budget=memory_budget, recovery_batch=recovery_batch, retention=retention, read_only=read_only, keep_history=keep_history,
             codec=codec, limits=list(limits), telemetry=telemetry, exclusive=exclusive,
             route_timeout=route_timeout, namespace=namespace, lease_ttl=lease_ttl, route_address=route_address,
+            route_tls=route_tls,
         )
         loop = asyncio.new_event_loop()
         ready = threading.Event()

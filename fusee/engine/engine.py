@@ -74,6 +74,7 @@ from fusee.storage.committer import GroupCommitter
 from fusee.storage.directory import existing_shards
 from fusee.storage.holding import Holding
 from fusee.storage.log import RESTORE_ADVICE, SharedLog
+from fusee.tls import RouteTLS
 
 #: Where an engine opened without a path keeps its (in-memory) directory.
 MEMORY_PATH = "/fusee-memory"
@@ -115,7 +116,8 @@ Opener = Callable[..., Awaitable["Engine"]]
 
 
 async def _hold_alone(cls: type[Engine], path: str | os.PathLike[str] | None, *, exclusive: bool,
-                      route_timeout: float, route_address: str | None, **options: Any) -> Engine:
+                      route_timeout: float, route_address: str | None, route_tls: RouteTLS | None,
+                      **options: Any) -> Engine:
     """Without the layer above nobody follows or serves: the engine holds its log alone."""
     return await cls._open(path, **options)
 
@@ -312,6 +314,7 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
         namespace: str | None = None,
         lease_ttl: float | None = None,
         route_address: str | None = None,
+        route_tls: RouteTLS | None = None,
         backup: Backup | None = None,
     ) -> _Opening:
         """Opens (or creates) the engine directory ``path`` and recovers it.
@@ -394,7 +397,11 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
         :class:`fusee.errors.LeaseHeld` naming the holder instead. The owner
         listens for followers on ``route_address`` (``"host:port"``, default
         ``"127.0.0.1:0"``: this machine only; followers on other machines need
-        an address they can reach, e.g. ``"0.0.0.0:7411"``). Raises
+        an address they can reach, e.g. ``"0.0.0.0:7411"``). With ``route_tls``
+        (a :class:`fusee.RouteTLS`) routed calls travel over mutual TLS: the
+        owner presents its certificate and requires the caller's, both signed by
+        the given authority (:class:`fusee.errors.InvalidRouteTLS` at open for a
+        file that cannot be loaded). Raises
         :class:`fusee.errors.DatabaseUnavailable` when the server cannot be
         reached, :class:`fusee.errors.SchemaVersionMismatch` for tables a newer
         Fusee wrote. An engine whose lease was taken over (or expired) fails
@@ -439,6 +446,7 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
                 namespace=namespace,
                 lease_ttl=lease_ttl,
                 route_address=route_address,
+                route_tls=route_tls,
                 backup=backup,
             )
         )

@@ -43,6 +43,7 @@ from fusee.errors import (
     NotWindowed,
     OutcomeUnknown,
     OwnerUnreachable,
+    RoutingRefused,
     StorageError,
     WrongEventLoop,
 )
@@ -54,9 +55,10 @@ from fusee.runtime.runtime import IF_FINISHED, IF_RUNNING
 from fusee.runtime.streams import StreamBatch
 from fusee.scale import wire
 from fusee.scale.owner import HELD_HERE, dir_key, open_owner
-from fusee.scale.places import DirectoryPlace, Place, WaitingLease
+from fusee.scale.places import DirectoryPlace, Place, TLSDropped, WaitingLease
 from fusee.scale.server import dispatch
 from fusee.storage import forks
+from fusee.tls import RouteTLS
 
 logger = logging.getLogger("fusee.scale")
 
@@ -156,6 +158,9 @@ class Follower(Engine):
     _route_timeout: float
     #: Where this process serves the others once it took over (a namespace: ``Engine.open``'s ``route_address``).
     _route_address: str | None
+    _route_tls: RouteTLS | None
+    #: The last TLS connection the owner ended before the routing handshake (None after a good one).
+    _tls_dropped: TLSDropped | None
     _place: Place
     _lease: WaitingLease | None
     _stop: threading.Event
@@ -172,7 +177,7 @@ class Follower(Engine):
 
     @classmethod
     async def follow(cls, place: Place, options: dict[str, Any], route_timeout: float,
-                     route_address: str | None = None) -> Follower:
+                     route_address: str | None = None, route_tls: RouteTLS | None = None) -> Follower:
         """A follower of ``place`` (which another engine owns); starts waiting for its lease.
         ``options``: what ``Engine._open`` needs to open the place itself when it takes over."""
         self = object.__new__(cls)
@@ -182,6 +187,8 @@ class Follower(Engine):
         self._options = options
         self._route_timeout = float(route_timeout)
         self._route_address = route_address
+        self._route_tls = route_tls
+        self._tls_dropped = None
         self._registry, self._by_name, self._objects = {}, {}, {}
         for w in options.get("workflows", ()):
             if isinstance(w, ObjectDef):
@@ -282,6 +289,7 @@ class Follower(Engine):
             return
         try:
             eng = await open_owner(Engine, self._place.target, self._options, route_address=self._route_address,
+                                   route_tls=self._route_tls,
                                    claim=False, **self._place.takeover_options(lease))
         except Exception as e:
             logger.error("follower of %s took the lease (epoch %d) but could not open the directory: %s; "
@@ -349,7 +357,9 @@ class Follower(Engine):
         except TimeoutError:
             raise self._unreachable() from None
 
-    def _unreachable(self) -> OwnerUnreachable:
+    def _unreachable(self) -> OwnerUnreachable | RoutingRefused:
+        if self._tls_dropped is not None:
+            return RoutingRefused(f"{self._tls_dropped} (for {self._route_timeout:g} s: the call was not sent)")
         return OwnerUnreachable(
             f"no owner of {self._path} answered within {self._route_timeout:g} s: the call was not "
             "sent, so nothing was done. Is a process holding the directory (stopped, or still "
@@ -368,9 +378,12 @@ class Follower(Engine):
                 epoch = self._place.epoch
                 try:
                     reader, writer = await self._place.connect(address)
+                except TLSDropped as e:
+                    self._tls_dropped = e
                 except OSError:
                     pass  # a dead owner's address: its successor has not published yet
                 else:
+                    self._tls_dropped = None
                     if self._local is not None:
                         writer.close()
                         return None

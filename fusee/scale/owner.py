@@ -20,6 +20,7 @@ from fusee.scale.lease import DirectoryLease
 from fusee.scale.server import RouteServer
 from fusee.scale.tcp import DEFAULT_ROUTE_ADDRESS
 from fusee.storage import postgres as pg_store
+from fusee.tls import RouteTLS
 
 logger = logging.getLogger("fusee.scale")
 
@@ -47,6 +48,7 @@ async def open_owner(
     options: dict[str, Any],
     *,
     route_address: str | None = None,
+    route_tls: RouteTLS | None = None,
     claim: bool = True,
     **won: Any,
 ) -> Engine:
@@ -60,7 +62,7 @@ async def open_owner(
     if shared_directory(path, options.get("env"), read_only):
         await _serve_directory(eng, target, claim)
     elif pg_store.is_dsn(target) and not read_only and options.get("env") is None:
-        await _serve_over_tcp(eng, route_address)
+        await _serve_over_tcp(eng, route_address, route_tls)
     return eng
 
 
@@ -83,13 +85,13 @@ async def _serve_directory(eng: Engine, path: str, claim: bool) -> None:
     eng._route_server = server
 
 
-async def _serve_over_tcp(eng: Engine, route_address: str | None) -> None:
+async def _serve_over_tcp(eng: Engine, route_address: str | None, route_tls: RouteTLS | None) -> None:
     """Owner of a PostgreSQL namespace: serve the other engines' routed calls over TCP."""
     log: Any = eng._log
     try:
         secret = await asyncio.get_running_loop().run_in_executor(None, log.lease.routing_secret)
         server = RouteServer(eng, log.lease, log.dir.path, tcp=route_address or DEFAULT_ROUTE_ADDRESS,
-                             secret=secret)
+                             secret=secret, tls=route_tls)
         await server.start()
     except Exception as e:
         # The other engines cannot reach us; this one still serves the namespace alone.

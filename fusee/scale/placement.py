@@ -22,6 +22,7 @@ from fusee.scale.owner import HELD_HERE, dir_key, open_owner
 from fusee.scale.places import DirectoryPlace, PostgresPlace
 from fusee.scale.tcp import parse_address
 from fusee.storage import postgres as pg_store
+from fusee.tls import RouteTLS, checked
 
 
 async def open_engine(
@@ -31,6 +32,7 @@ async def open_engine(
     exclusive: bool,
     route_timeout: float,
     route_address: str | None,
+    route_tls: RouteTLS | None,
     **options: Any,
 ) -> Engine:
     """:meth:`fusee.Engine.open`: the owner of ``path``, or a follower of the process that owns it.
@@ -44,13 +46,17 @@ async def open_engine(
             raise ValueError("route_address= applies to a PostgreSQL DSN: on a directory the owner "
                              "serves the other processes on a Unix socket")
         parse_address(route_address)  # a clear error before anything is opened
+    if route_tls is not None and not on_postgres:
+        raise ValueError("route_tls= applies to a PostgreSQL DSN: on a directory the processes of one "
+                         "machine route over a Unix socket")
+    route_tls = checked(route_tls)  # its files load now, or the open fails naming them
     options["workflows"] = list(options.get("workflows", ()))
     env, read_only = options.get("env"), bool(options.get("read_only", False))
     shared = shared_directory(path, env, read_only)
     if shared and dir_key(target) in HELD_HERE:
         raise DirectoryLocked(target, os.getpid())
     try:
-        return await open_owner(cls, path, options, route_address=route_address)
+        return await open_owner(cls, path, options, route_address=route_address, route_tls=route_tls)
     except DirectoryLocked:
         if not shared or exclusive:
             raise
@@ -60,10 +66,10 @@ async def open_engine(
             raise
         namespace, lease_ttl = options.get("namespace"), options.get("lease_ttl")
         place = PostgresPlace(target, pg_store.DEFAULT_NAMESPACE if namespace is None else namespace,
-                              pg_store.DEFAULT_LEASE_TTL if lease_ttl is None else lease_ttl)
+                              pg_store.DEFAULT_LEASE_TTL if lease_ttl is None else lease_ttl, route_tls)
     # What the follower needs to open the place itself when it takes over (and for its view).
     follow_options = {k: v for k, v in options.items() if k != "read_only"}
-    return await Follower.follow(place, follow_options, route_timeout, route_address)
+    return await Follower.follow(place, follow_options, route_timeout, route_address, route_tls)
 
 
 holder.install_opener(open_engine)

@@ -14,12 +14,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+import ssl
 import threading
 from typing import Any, Protocol
 
+from fusee.errors import RoutingRefused
 from fusee.scale import tcp
 from fusee.scale.lease import DirectoryLease, read_owner
 from fusee.scale.server import os_address
+from fusee.tls import HANDSHAKE_TIMEOUT_S, RouteTLS
 
 
 class WaitingLease(Protocol):
@@ -100,7 +103,7 @@ class DirectoryPlace:
 class PostgresPlace:
     """A PostgreSQL namespace: its lease row (with expiry) and TCP to the address the owner published."""
 
-    def __init__(self, dsn: str, namespace: str, ttl: float) -> None:
+    def __init__(self, dsn: str, namespace: str, ttl: float, tls: RouteTLS | None = None) -> None:
         from fusee.storage.postgres.connection import describe
 
         self.target = dsn
@@ -111,6 +114,7 @@ class PostgresPlace:
         self.watch_every: float | None = ttl / 3
         self._probe: Any = None  # a Lease never acquired: it only reads the row (its own connection)
         self._secret: bytes | None = None
+        self._ssl = tls.client_context() if tls is not None else None
         self._mutex = threading.Lock()
 
     def new_lease(self) -> Any:
@@ -160,15 +164,37 @@ class PostgresPlace:
         secret = self._secret
         assert secret is not None, "owner() reads the secret before connect()"
         host, port = tcp.dial_target(address)
-        reader, writer = await asyncio.open_connection(host, port, limit=1 << 20)
+        if tcp.is_tls(address) and self._ssl is None:
+            raise RoutingRefused(f"the namespace's owner at {address} routes over TLS only: open this "
+                                 "engine with route_tls=fusee.RouteTLS(...) to reach it")
+        if self._ssl is not None and not tcp.is_tls(address):
+            raise RoutingRefused(f"the namespace's owner at {address} routes in clear, and this engine "
+                                 "was opened with route_tls=: it sends nothing without TLS")
+        if self._ssl is None:
+            reader, writer = await asyncio.open_connection(host, port, limit=1 << 20)
+        else:
+            try:
+                reader, writer = await asyncio.open_connection(
+                    host, port, limit=1 << 20, ssl=self._ssl, server_hostname=host,
+                    ssl_handshake_timeout=HANDSHAKE_TIMEOUT_S)
+            except ssl.SSLError as e:
+                raise RoutingRefused(
+                    f"TLS with the namespace's owner at {address} failed ({e.reason or e}): its "
+                    "certificate must be signed by the authority this engine's RouteTLS(ca=) names, "
+                    "and name the host it publishes (its route_address=)") from e
         sock = writer.get_extra_info("socket")
         if sock is not None:  # small multiplexed frames: Nagle's delay would stall each answer
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         try:
             await asyncio.wait_for(tcp.client_handshake(reader, writer, secret), 10.0)
-        except (asyncio.IncompleteReadError, TimeoutError) as e:
+        except (asyncio.IncompleteReadError, TimeoutError, ConnectionError) as e:
             writer.close()
+            if self._ssl is not None:
+                # TLS 1.3 shows a caller that the owner refused its certificate only by the
+                # connection's end, which a dying owner's looks like too: tried again, and said
+                # if it lasts.
+                raise TLSDropped(address) from e
             raise OSError(f"the owner at {address} did not complete the routing handshake") from e
         except BaseException:
             writer.close()
@@ -182,3 +208,12 @@ class PostgresPlace:
             with contextlib.suppress(Exception):
                 probe.release()
 
+
+class TLSDropped(OSError):
+    """The owner ended a TLS connection before the routing handshake: most likely it does not
+    trust this engine's certificate."""
+
+    def __init__(self, address: str) -> None:
+        super().__init__(f"the namespace's owner at {address} ended each TLS connection before the routing "
+                         "handshake: it most likely refuses this engine's certificate (it must be signed "
+                         "by the authority the owner's RouteTLS(ca=) names)")

@@ -30,6 +30,7 @@ from fusee.core import records as rec
 from fusee.definitions import QueryDef, SignalDef, UpdateDef
 from fusee.errors import AlreadyExists, FuseeError
 from fusee.scale import tcp, wire
+from fusee.tls import HANDSHAKE_TIMEOUT_S, RouteTLS
 
 if TYPE_CHECKING:
     from fusee.engine.engine import Engine
@@ -214,14 +215,16 @@ class RouteServer:
     """Serves routed calls on the owner's engine at the address its lease publishes."""
 
     def __init__(self, engine: Engine, lease: Lease, path: str, *, tcp: str | None = None,
-                 secret: bytes | None = None) -> None:
+                 secret: bytes | None = None, tls: RouteTLS | None = None) -> None:
         assert (tcp is None) == (secret is None), "a TCP server authenticates its callers"
+        assert tls is None or tcp is not None, "TLS is for TCP"
         self.engine = engine
         self.lease = lease
         self.path = path
         #: ``host:port`` to listen on (a PostgreSQL namespace's owner), or None for the Unix socket.
         self.tcp = tcp
         self._secret = secret
+        self._tls = tls
         self.address = ""
         self._server: asyncio.Server | None = None
         self._conns: set[asyncio.StreamWriter] = set()
@@ -233,9 +236,15 @@ class RouteServer:
         """Listens and publishes the address; returns it."""
         if self.tcp is not None:
             host, port = tcp.parse_address(self.tcp)
-            self._server = await asyncio.start_server(self._serve_conn, host, port, limit=1 << 20)
+            tls = self._tls
+            if tls is None:
+                self._server = await asyncio.start_server(self._serve_conn, host, port, limit=1 << 20)
+            else:
+                self._server = await asyncio.start_server(
+                    self._serve_conn, host, port, limit=1 << 20, ssl=tls.server_context(),
+                    ssl_handshake_timeout=HANDSHAKE_TIMEOUT_S)
             bound = self._server.sockets[0].getsockname()
-            self.address = tcp.published(host, bound[1])
+            self.address = tcp.published(host, bound[1], tls=tls is not None)
             await asyncio.get_running_loop().run_in_executor(None, self.lease.publish, self.address)
             return self.address
         address = socket_address(self.path, self.lease.epoch)

@@ -8,8 +8,10 @@ Each connection starts with a mutual proof of the namespace's routing secret
 (a random key in the namespace's ``routing`` table: only who can read the
 namespace's tables has it), so no one else on the network can make or answer
 calls: each side sends a fresh nonce and answers the other's with
-HMAC-SHA256(secret, role + nonce). Payloads then travel in clear: route over a
-private network, as the engines' own PostgreSQL connections do.
+HMAC-SHA256(secret, role + nonce). Payloads then travel in clear, unless the
+engines were opened with ``route_tls=`` (:mod:`fusee.tls`): the owner then
+publishes ``tls:HOST:PORT`` and every connection is mutual TLS, with the same
+handshake inside it.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from fusee.errors import RoutingRefused
 DEFAULT_ROUTE_ADDRESS = "127.0.0.1:0"
 _NONCE = 32
 _PREFIX = "tcp:"
+_TLS_PREFIX = "tls:"
 
 
 def parse_address(address: object) -> tuple[str, int]:
@@ -41,20 +44,28 @@ def parse_address(address: object) -> tuple[str, int]:
     return host, int(port)
 
 
-def published(host: str, port: int) -> str:
-    """The address other engines dial: a wildcard host is replaced by this machine's name."""
+def published(host: str, port: int, tls: bool = False) -> str:
+    """The address other engines dial (``tls:`` when the owner serves TLS only): a wildcard host
+    is replaced by this machine's name."""
     if host in ("0.0.0.0", "::", ""):
         host = socket.getfqdn()
-    return f"{_PREFIX}[{host}]:{port}" if ":" in host else f"{_PREFIX}{host}:{port}"
+    prefix = _TLS_PREFIX if tls else _PREFIX
+    return f"{prefix}[{host}]:{port}" if ":" in host else f"{prefix}{host}:{port}"
 
 
 def is_tcp(address: str) -> bool:
-    return address.startswith(_PREFIX)
+    """Whether ``address`` is one an owner published for TCP, in clear or TLS."""
+    return address.startswith((_PREFIX, _TLS_PREFIX))
+
+
+def is_tls(address: str) -> bool:
+    """Whether the owner that published ``address`` serves TLS only."""
+    return address.startswith(_TLS_PREFIX)
 
 
 def dial_target(address: str) -> tuple[str, int]:
-    """(host, port) of a published ``tcp:`` address."""
-    return parse_address(address[len(_PREFIX):])
+    """(host, port) of a published ``tcp:`` or ``tls:`` address."""
+    return parse_address(address[len(_TLS_PREFIX if is_tls(address) else _PREFIX):])
 
 
 def _mac(secret: bytes, role: bytes, nonce: bytes) -> bytes:

@@ -96,10 +96,8 @@ async def test_a_follower_takes_over_when_the_owner_dies(pg_dsn: str) -> None:
     await until(lambda: "o-2/quote" in ran)
     crash(owner)
     # The signal waits for the next owner: the follower itself, once the lease expired.
-    t0 = time.monotonic()
     await follower.signal("o-2", approve, 1)
     assert follower.is_owner and follower.epoch == 2
-    assert time.monotonic() - t0 < 15
     assert await follower.get("o-2").result() == 14
     assert ran.count("o-2/quote") == 1  # its recorded result was not run again
     await follower.close()
