@@ -17,8 +17,10 @@ rewritten every ``--every`` seconds while the soak runs, so a soak stopped early
 leaves its partial atlas.
 
 A seed that runs away is a failure, not the end of the soak: each worker's address space is
-capped (``--memory-cap``, a ``MemoryError`` then fails the seed) and each seed has a wall-clock
-limit (``--seed-timeout``). A worker killed outright (the kernel's OOM killer, a crash of the
+capped (``--memory-cap``) and each seed has a wall-clock limit (``--seed-timeout``). A
+``MemoryError`` retires the worker's pool (a worker's heap can stay near the cap after one
+seed, and would fail the next ones for nothing): that seed and the rest of its chunk run again
+one at a time in a new pool, and a seed fails on memory only if it reaches the cap there. A worker killed outright (the kernel's OOM killer, a crash of the
 interpreter) breaks the pool; the soak starts a new one and runs the seeds that were in flight
 again one at a time, alone, so the one that kills its worker again is recorded as the culprit.
 ``atlas.json`` lists the seeds covered (passed or failed) as ranges; ``--resume`` continues a
@@ -256,7 +258,7 @@ def run_chunk(seeds: list[int], switches: dict[str, bool] | None = None,
     if timed:
         signal.signal(signal.SIGALRM, _timed_out)
     with sabotage.sabotaged(**(switches or {})):
-        for seed in seeds:
+        for i, seed in enumerate(seeds):
             checkers.runs.clear()
             checkers.fired.clear()
             cfg = SimConfig.for_seed(seed)
@@ -274,9 +276,17 @@ def run_chunk(seeds: list[int], switches: dict[str, bool] | None = None,
                                         "message": f"the seed ran longer than {seed_timeout:g} s of wall clock"})
                 continue
             except MemoryError:
-                out["failures"].append({"seed": seed, "checker": "(memory)",
-                                        "message": "MemoryError: the seed outgrew the worker's memory cap"})
-                continue
+                # The worker's heap may stay near the cap after the seed (what earlier seeds left
+                # fragmented counts too): its later seeds would fail for nothing. This worker is
+                # retired, and the seeds from this one on run again one at a time in a new pool.
+                out["poisoned"] = True
+                if len(seeds) > 1:
+                    out["unrun"] = seeds[i:]
+                else:
+                    out["failures"].append({"seed": seed, "checker": "(memory)",
+                                            "message": "MemoryError: the seed outgrew a fresh worker's "
+                                                       "memory cap, alone"})
+                break
             except SimFailure as f:
                 caught = sorted(checkers.fired) or ["world"]
                 out["failures"].append({"seed": seed, "checker": ",".join(caught),
@@ -364,15 +374,19 @@ def soak(seeds: range, *, jobs: int, out: str, canary: str | None, every: float 
     # slow leak in one long-lived worker cannot grow without bound.
     ctx = multiprocessing.get_context("spawn")
     while todo or suspects or canary_due:
-        pool = cf.ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, max_tasks_per_child=50,
+        pool = cf.ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, max_tasks_per_child=10,
                                       initializer=limit_worker, initargs=(memory_cap,))
         running: dict[cf.Future[Any], list[int] | None] = {}  # None: the canary
         broken = False
+        # A worker hit the memory cap: nothing new is submitted; once what runs is in, a new pool.
+        retiring = False
         try:
             if canary_due and canary:
                 running[pool.submit(run_canary, canary, seed_timeout)] = None
             while not broken:
-                if suspects:
+                if retiring:
+                    pass
+                elif suspects:
                     if not any(c is not None for c in running.values()):
                         seed = suspects.popleft()
                         running[pool.submit(run_chunk, [seed], None, seed_timeout)] = [seed]
@@ -395,8 +409,14 @@ def soak(seeds: range, *, jobs: int, out: str, canary: str | None, every: float 
                         atlas.canary, canary_due = result, False
                         echo(f"canary: {atlas._canary_text()}", flush=True)
                         continue
-                    done_seeds += len(c)
+                    unrun = result.get("unrun", [])
+                    done_seeds += len(c) - len(unrun)
                     atlas.merge(result)
+                    if result.get("poisoned"):
+                        retiring = True
+                        suspects.extend(unrun)
+                        echo(f"a worker reached the memory cap at seed {c[len(c) - len(unrun)] if unrun else c[0]}: "
+                             f"{len(unrun)} seed(s) run again alone, in a new pool", flush=True)
                     for fail in result["failures"]:
                         echo(f"FAILED seed {fail['seed']} ({fail['checker']}): {fail['message']}", flush=True)
                 now = time.monotonic()
