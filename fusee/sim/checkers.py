@@ -126,6 +126,10 @@ class Snapshot:
     stuck: dict[str, str] = dataclasses.field(default_factory=dict)
     #: Final states of deleted schedules (schedule ID -> the schedule run's result).
     schedules: dict[str, dict[str, Any]] = dataclasses.field(default_factory=dict)
+    #: The runs whose results the client had been told when the snapshot began (None: all).
+    #: Reading the journals takes virtual time, during which more results may arrive: a run
+    #: read while it ran and reported after is not "running again".
+    results_before: frozenset[str] | None = None
 
 
 @dataclasses.dataclass
@@ -396,7 +400,7 @@ def check_results(obs: Observed, snap: Snapshot) -> list[str]:
     out: list[str] = []
     for wid, outcome in obs.results.items():
         view = snap.runs.get(wid)
-        if view is None:
+        if view is None or (snap.results_before is not None and wid not in snap.results_before):
             continue
         if not view.exists:
             out.append(f"finished workflow {wid} vanished after recovery")

@@ -1027,7 +1027,7 @@ class World:
         ids = list(self.obs.starts)
         for parent in self.obs.starts:
             ids.extend(kid for kid, _ in self.obs.children.get(parent, ()))
-        snap = Snapshot()
+        snap = Snapshot(results_before=frozenset(self.obs.results))
         for wid in ids:
             try:
                 snap.runs[wid] = RunView(wid, list(await engine.journal(wid)))

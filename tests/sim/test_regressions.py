@@ -34,7 +34,9 @@ FOUND: dict[int, str] = {
     "again, at one virtual instant, forever (memory without bound)",
 }
 FOUND[2014] = FOUND[1225]
-FOUND[2938] = ("a run terminated after the reopen but before recovery loaded it never sent the "
+FOUND[11476] = ("(a checker's bug) a result reported while the post-recovery snapshot was being read "
+                "was compared with the journal read before it: 'runs again after recovery'")
+FOUND[7856] = FOUND[2938] = ("a run terminated after the reopen but before recovery loaded it never sent the "
                "child starts its journal held: the children never started (nor met the close policy)")
 # Synchronous step functions blocking up to 60 ms run inline back to back (the steps one flush
 # released, or retrying tasks): what was pending waited behind them for the released steps
