@@ -22,7 +22,8 @@ key's waiters go in arrival order. The bound: from the moment a key has a
 waiter until it gets a permit, and between two permits of a key that keeps
 waiting, the other keys of that priority get at most the sum of their weights
 (each at most one turn). ``per_second`` spaces grants with a token bucket of
-``per_second`` tokens (a burst of at most that many).
+``per_second`` tokens (a burst of at most that many, and room for at least one,
+so a rate below one per second still grants).
 """
 
 from __future__ import annotations
@@ -166,6 +167,10 @@ class _Level:
         self.credit = limit.weight(next(iter(self.ring))) if self.ring else 0
 
 
+#: How far below a whole token a refill may land and still count as one (float rounding).
+_TOKEN_EPSILON = 1e-9
+
+
 class _Pool:
     """One limit's permits and waiters."""
 
@@ -307,9 +312,13 @@ class Limiter:
                 return
             if lim.per_second is not None:
                 now = self._now()
-                pool.tokens = min(float(lim.per_second), pool.tokens + (now - pool.refilled) * lim.per_second)
+                # The bucket holds at least one token, or a rate below one per second never grants.
+                room = max(1.0, float(lim.per_second))
+                pool.tokens = min(room, pool.tokens + (now - pool.refilled) * lim.per_second)
                 pool.refilled = now
-                if pool.tokens < 1.0:
+                # A refill timer lands on the instant the token is due, where the float sum can
+                # fall short of 1 by an ulp; waiting for that ulp would re-arm the timer forever.
+                if pool.tokens < 1.0 - _TOKEN_EPSILON:
                     if pool.timer is None:
                         delay = (1.0 - pool.tokens) / lim.per_second
                         pool.timer = self._loop.call_later(delay, self._tick, pool)
@@ -362,12 +371,18 @@ class Limiter:
             old.per_second if per_second is KEEP else per_second,
             old.weights if weights is KEEP else weights,
         )
+        now = self._now()
+        if old.per_second is not None:
+            # Tokens earned at the old rate up to now are kept (up to the new bucket's room).
+            pool.tokens += (now - pool.refilled) * old.per_second
+            if new.per_second is not None:
+                pool.tokens = min(max(1.0, float(new.per_second)), pool.tokens)
         pool.limit = new
         if new.per_second is None:
             pool.tokens = 0.0
         elif old.per_second is None:
             pool.tokens = float(new.per_second)
-        pool.refilled = self._now()
+        pool.refilled = now
         if pool.timer is not None:
             pool.timer.cancel()
             pool.timer = None

@@ -99,6 +99,8 @@ class _VirtualSelector:
             if scheduled and scheduled[0]._when <= target:
                 # Land exactly on the timer's due time (no float drift).
                 target = max(loop.now, scheduled[0]._when)
+            if target > loop.now:
+                loop.clock_jumps += 1
             loop._advance_to(target)
         return []
 
@@ -124,6 +126,8 @@ class SimLoop(asyncio.BaseEventLoop):
         self._clock_resolution = 1e-9
         #: Called each time nothing is ready and the loop is about to wait (advance the clock).
         self.idle_hook: Callable[[], None] | None = None
+        #: Times nothing was ready and the clock jumped ahead to the next timer (never a real wait).
+        self.clock_jumps = 0
         #: Exception contexts reported by callbacks and tasks, in order.
         self.errors: list[dict[str, Any]] = []
         self.set_exception_handler(self._record_error)

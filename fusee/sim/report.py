@@ -104,6 +104,8 @@ class Report:
     history_refused: int = 0
     streams_cut: int = 0
     sim_ms: int = 0
+    #: Times every process life's loop found nothing ready and jumped its clock ahead.
+    clock_jumps: int = 0
 
     def line(self) -> str:
         """The counters on one line (``name=value`` in field order)."""

@@ -47,7 +47,7 @@ from typing import Any
 FAULTS = ("crashes", "crashes_after_io", "power_losses", "kills_in_sync", "lock_deletions",
           "dir_moves", "restarts", "flush_failures", "torn_tails", "closes", "closes_mid_step")
 #: Report fields that are neither faults nor paths.
-_NOT_PATHS = ("seed", "workflows", "finished", "sim_ms")
+_NOT_PATHS = ("seed", "workflows", "finished", "sim_ms", "clock_jumps")
 #: The default canary: a sabotage switch and a seed it makes fail.
 CANARY = "early_blobs@3"
 #: Seeds per task a worker takes (small: progress shows often, a lost worker loses little).

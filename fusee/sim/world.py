@@ -303,6 +303,7 @@ class World:
         """Starts a new life: a fresh loop and an engine recovering from the disk."""
         for attempt in range(20):
             self.life += 1
+            self.report.clock_jumps += self.loop.clock_jumps
             self.loop = SimLoop(start=self.t)
             env = SimEnv(self.disk, random.Random(self.rng.getrandbits(64)), self.loop,
                          self._io_latency, message_latency=self._msg_latency,
@@ -1231,6 +1232,7 @@ class World:
         r.finished = len(self.obs.results)
         r.flush_failures = self.disk.stats.failed_fdatasyncs
         r.sim_ms = int(self.loop.now * 1000)
+        r.clock_jumps += self.loop.clock_jumps
         r.children = sum(1 for kids in self.obs.children.values() for k, _ in kids
                          if k in self.obs.results)
         if self.svc is not None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from typing import Any
 
 import pytest
@@ -141,13 +140,17 @@ async def test_set_limit_resizes_at_run_time_and_unknown_names_are_typed_errors(
         assert (await engine.execute(unknown, "u")).startswith("nope: ctx.step names the limit 'nope'")
 
 
-async def test_per_second_spaces_grants() -> None:
-    limits = [fusee.Limit("svc", per_second=20)]
+async def test_per_second_holds_steps_back_until_tokens_refill() -> None:
+    # 0.1 per second: the first token is 9 s away, so the steps all wait; raising the
+    # rate through set_limit lets them through. (The exact spacing of grants is tested
+    # in virtual time in tests/test_limits.py.)
+    limits = [fusee.Limit("svc", per_second=0.1)]
     async with fusee.Engine.open(workflows=[limited], limits=limits) as engine:
-        t0 = time.monotonic()
-        await engine.execute(limited, "r", [[f"t{i}", 0, None] for i in range(30)])
-        # A burst of 20, then 10 more at 20 per second.
-        assert time.monotonic() - t0 >= 0.45
+        run = await engine.start(limited, "r", [[f"t{i}", 0, None] for i in range(3)])
+        await wait_until(lambda: engine.limits()["svc"].waiting == 3)
+        assert ORDER == [] and engine.limits()["svc"].in_use == 0
+        engine.set_limit("svc", per_second=1000)
+        assert sorted(await run.result()) == ["t0", "t1", "t2"]
 
 
 async def test_a_retrying_step_gives_its_permit_back_between_attempts() -> None:
