@@ -148,15 +148,25 @@ class _Level:
         q.append(w)
         self.size += 1
 
-    def pop(self, limit: Limit) -> _Waiter:
+    def head(self) -> _Waiter:
+        """The waiter the next permit of this priority goes to."""
+        assert self.size > 0
+        return next(iter(self.ring.values()))[0]
+
+    def pop(self, limit: Limit, *, granted: bool = True) -> _Waiter:
+        """Takes the head waiter; ``granted=False`` drops one that stopped waiting, which
+        costs its key nothing (a cancelled waiter must not use up its key's turn)."""
         assert self.size > 0
         key, q = next(iter(self.ring.items()))
         w = q.popleft()
         self.size -= 1
-        self.credit -= 1
+        if granted:
+            self.credit -= 1
         if not q:
             del self.ring[key]
             self._new_turn(limit)
+        elif not granted:
+            pass
         elif self.credit <= 0 or sabotage.active.limit_unfair:
             if not sabotage.active.limit_unfair:
                 self.ring.move_to_end(key)
@@ -326,7 +336,9 @@ class Limiter:
             top = max(p for p, lv in pool.levels.items() if lv.size)
             level = pool.levels[top]
             snapshot = {k: len(q) for k, q in level.ring.items()} if self.grants is not None else {}
-            w = level.pop(lim)
+            head = level.head()
+            gone = head.fut is not None and (head.fut.done() or not head.alive())
+            w = level.pop(lim, granted=not gone)
             pool.waiting -= 1
             if not level.size:
                 del pool.levels[top]
@@ -334,7 +346,7 @@ class Limiter:
                 del self._waiting[w.holder]
             if w.fut is None:
                 self._parked.pop(w.ident, None)
-            elif w.fut.done() or not w.alive():
+            elif gone:
                 if not w.fut.done():
                     w.fut.set_result(False)
                 continue
