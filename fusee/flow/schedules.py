@@ -279,7 +279,9 @@ async def schedule_run(ctx: Ctx, state: dict[str, Any]) -> dict[str, Any]:
             running_id[0] = None
         if turns >= CONTINUE_EVERY and tracked is None and not triggers:
             # Before anything new starts (a backlog of buffered times must not keep the
-            # journal growing); due times stay due for the next run.
+            # journal growing); due times stay due for the next run. The runs it started
+            # must have arrived first, and a control accepted meanwhile is handled here.
+            await ctx._run.deliveries_settled()
             await asyncio.sleep(0)  # lets update handlers that were accepted finish first
             if not triggers:
                 await ctx.continue_as_new(s)

@@ -84,6 +84,7 @@ class CtxRun(Protocol):
     def op_patched(self, patch_id: str) -> bool: ...
     def op_attributes(self, attributes: dict[str, Any]) -> None: ...
     def op_continue_as_new(self, input: Any) -> Awaitable[None]: ...
+    def deliveries_settled(self) -> Awaitable[None]: ...
     def set_query_handler(self, query: QueryDef[Any], handler: Callable[..., Any]) -> None: ...
     def set_update_handler(
         self, update: UpdateDef[Any], handler: Callable[..., Any], validator: Callable[..., Any] | None
@@ -609,7 +610,9 @@ class Ctx:
     def continue_as_new(self, input: Any = None) -> Awaitable[None]:
         """Ends this run and starts the next run of the same workflow ID with ``input``.
 
-        ``result()`` of the workflow follows the chain.
+        ``result()`` of the workflow follows the chain. Child starts and signals this
+        run sent are durable where they went before the run ends (it waits for them
+        if it must), so a crash right after the end loses none of them.
         """
         return self._run.op_continue_as_new(input)
 

@@ -231,6 +231,9 @@ class Run:
         self.timer_at: dict[int, int] = {}
         self.wait_deadline: dict[int, int] = {}
         self.children: dict[int, rec.Child] = {}
+        #: Child starts and signals this life sent, each done once durable where it went:
+        #: continue-as-new waits for them (the next run does not owe what this one sent).
+        self.deliveries: list[asyncio.Future[None]] = []
         self.steps: dict[int, StepCall] = {}
         self.query_handlers: dict[str, Callable[..., Any]] = {}
         self.update_handlers: dict[str, tuple[UpdateDef[Any], Callable[..., Any], Callable[..., Any] | None]] = {}
@@ -945,7 +948,47 @@ class Run:
 
     def op_continue_as_new(self, input: Any) -> Awaitable[None]:
         self._check()
-        raise ContinueAsNew(codec.encode_input(self.wdef, input))
+        payload = codec.encode_input(self.wdef, input)
+        pending = [f for f in self.deliveries if not f.done()]
+        if not pending:
+            raise ContinueAsNew(payload)
+        return self._continue_after(pending, payload)
+
+    async def _continue_after(self, pending: list[asyncio.Future[None]], payload: bytes) -> None:
+        # The ended run's journal is not read again after a crash, so what it sent must have
+        # arrived (durably) before its end is written, or a crash would lose it.
+        await self._all_done(pending)
+        self._check()
+        raise ContinueAsNew(payload)
+
+    async def deliveries_settled(self) -> None:
+        """Returns once every child start and signal this run sent so far is durable where it went."""
+        pending = [f for f in self.deliveries if not f.done()]
+        if pending:
+            await self._all_done(pending)
+
+    def _all_done(self, pending: list[asyncio.Future[None]]) -> asyncio.Future[None]:
+        """A future of the code's own loop, done (and the code pumped) once the engine's
+        futures ``pending`` all are: the code cannot await the engine's loop directly."""
+        fut: asyncio.Future[None] = self.loop.create_future()
+        left = [len(pending)]
+
+        def one_done(_: object) -> None:
+            left[0] -= 1
+            if left[0] == 0 and not fut.done() and not self.dead:
+                fut.set_result(None)
+                self.pump()
+
+        for f in pending:
+            f.add_done_callback(one_done)
+        return fut
+
+    def add_delivery(self, fut: asyncio.Future[None]) -> None:
+        """Keeps a child start or signal this run sent until it is durable where it went."""
+        ds = self.deliveries
+        if len(ds) >= 64:
+            ds[:] = [f for f in ds if not f.done()]
+        ds.append(fut)
 
     # --- queries and updates -------------------------------------------------
 

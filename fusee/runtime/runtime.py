@@ -583,12 +583,25 @@ class Runtime:
         """Makes sure the child a Child record names exists; resends its result if it ended."""
         gate = parent.machine.gate
         ref = rec.ParentRef(id=parent.workflow_id, run=parent.run_id, seq=child.seq)
-        self.spawn(self._ensure_child(parent.shard, gate, ref, child))
+        parent.add_delivery(self.spawn(self._ensure_child(parent.shard, gate, ref, child)))
 
     async def _ensure_child(self, shard: int, gate: int, ref: rec.ParentRef, child: rec.Child) -> None:
         if not sabotage.active.ack_before_durable:
             await self.wait_durable(shard, gate)
-        self._send(self._start_child, ref, child)
+        await self._send_durably(self._start_child, ref, child)
+
+    async def _send_durably(self, fn: Callable[..., None], *args: Any) -> None:
+        """:meth:`_send`, returning once what the delivery journaled is durable."""
+        if sabotage.active.drop_outbox_message and self.env.rng.random() < 0.5:
+            return
+        await asyncio.sleep(self.env.message_delay())
+        if self.closed or self.log.failed is not None:
+            return
+        fn(*args)
+        self.committer.request_flush()
+        # What the delivery appended is somewhere below each shard's end now.
+        for shard, lsn in enumerate(self.log.appended_lsns()):
+            await self.wait_durable(shard, lsn)
 
     def _start_child(self, ref: rec.ParentRef, child: rec.Child) -> None:
         """Starts the child a Child record names, unless it exists; tells an attached parent how it ended.
@@ -658,12 +671,12 @@ class Runtime:
     def send_signal(self, run: Run, seq: int, target: str, name: str, payload: bytes, lsn: int) -> None:
         """A run's ``signal_workflow``: delivered once its Send record is durable, deduplicated by position."""
         key = dedup_key(f"send:{run.run_id}:{seq}")
-        self.spawn(self._send_after(run.shard, lsn, target, name, payload, key))
+        run.add_delivery(self.spawn(self._send_after(run.shard, lsn, target, name, payload, key)))
 
     async def _send_after(self, shard: int, lsn: int, target: str, name: str, payload: bytes, key: int) -> None:
         if not sabotage.active.ack_before_durable:
             await self.wait_durable(shard, lsn)
-        self._send(self._signal_quiet, target, name, payload, key)
+        await self._send_durably(self._signal_quiet, target, name, payload, key)
 
     def _signal_quiet(self, target: str, name: str, payload: bytes, key: int) -> None:
         st = self.wf.get(target)

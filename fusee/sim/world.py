@@ -301,6 +301,7 @@ class World:
 
     def _open(self) -> None:
         """Starts a new life: a fresh loop and an engine recovering from the disk."""
+        self._bury_dead()
         for attempt in range(20):
             self.life += 1
             self.report.clock_jumps += self.loop.clock_jumps
@@ -1265,12 +1266,20 @@ class World:
                     setattr(self.report, name, getattr(self.report, name) + value)
 
     def bury(self) -> None:
-        """Disposes of the dead lives' coroutines (call once the run is over)."""
-        for loop in [*self.dead, self.loop]:
+        """Disposes of every life's coroutines, the last one's too (call once the run is over)."""
+        self.dead.append(self.loop)
+        if self.engine is not None:
+            self.dead_engines.append(self.engine)
+        self._bury_dead()
+
+    def _bury_dead(self) -> None:
+        """Disposes of the dead lives' coroutines and tables, between two lives (a seed of a
+        thousand crashes would otherwise keep a thousand engines' memory)."""
+        for loop in self.dead:
             loop.bury()
         self.dead.clear()
         # A crashed life's engine was never closed: its table still holds its runs.
-        for engine in [*self.dead_engines, self.engine]:
+        for engine in self.dead_engines:
             rt = getattr(engine, "_rt", None)
             if rt is not None:
                 rt.release_table()

@@ -268,6 +268,34 @@ def test_a_finished_seed_frees_its_crashed_lives() -> None:
     assert ref() is None, "a finished seed's world is still alive after a crash"
 
 
+def test_a_crashed_life_is_freed_before_the_next_one_opens() -> None:
+    # Seed 19663 died of memory: 1,383 kills inside fdatasync, and every crashed life's
+    # engine (about 4 MB) stayed alive until the seed ended.
+    import gc
+    import weakref
+
+    from fusee.sim.world import SimConfig, World
+
+    seed = next(s for s in range(100) if SimConfig.for_seed(s).crash_every_ms)
+    world = World(SimConfig.for_seed(seed))
+    engines: weakref.WeakSet[Any] = weakref.WeakSet()
+    alive_at_open: list[int] = []
+
+    def on_open(engine: Any, life: int) -> None:
+        gc.collect()
+        alive_at_open.append(len(engines))
+        engines.add(engine)
+
+    world.plan.on_engine_open.append(on_open)
+    try:
+        world.run()
+    finally:
+        world.bury()
+    assert world.report.crashes >= 2, world.report.crashes
+    assert len(alive_at_open) > world.report.crashes
+    assert max(alive_at_open) == 0, alive_at_open
+
+
 def test_a_seed_whose_lives_livelock_fails_instead_of_hanging() -> None:
     # Seed 655 hung the world: a schedule's burst of child starts needed ~550 blob syncs per
     # life, at 1% failure each, and lives restarted forever with nothing more durable. It must
