@@ -29,8 +29,8 @@ from typing import Protocol
 from fusee import sabotage
 from fusee.backup import manifest as mf
 from fusee.backup.targets import Target
-from fusee.storage.batch import SegmentHeader, crc
-from fusee.storage.blobs import BLOB_HEADER, BLOB_MAGIC
+from fusee.storage.batch import SegmentHeader
+from fusee.storage.blobs import decode_pack
 from fusee.storage.checkpoint import NAME as CKPT_NAME
 from fusee.storage.checkpoint import Checkpoint
 from fusee.storage.seam import Storage, read_whole
@@ -260,11 +260,7 @@ class Uploader:
             ref = self._blobs.get(name)
             if ref is None:
                 raw = read_whole(s, f"{blob_dir}/{name}")
-                if len(raw) < BLOB_HEADER.size:
-                    continue
-                magic, size, value = BLOB_HEADER.unpack_from(raw)
-                body = raw[BLOB_HEADER.size:]
-                if magic != BLOB_MAGIC or size != len(body) or crc(body) != value:
+                if decode_pack(raw) is None:
                     continue  # still being written: no durable batch references it yet
                 ref = self._put(f"blobs/{name}", raw)
                 self._blobs[name] = ref

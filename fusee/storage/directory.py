@@ -7,7 +7,7 @@
     <dir>/checkpoint    the latest checkpoint
     <dir>/log/          log segments, NNNNNNNNNNNN.seg, ``newest`` (the newest segment's number)
                         and ``durable`` (the last batch made durable: see fusee.storage.log)
-    <dir>/blobs/        large records, <life>-<n>.blob
+    <dir>/blobs/        large records, <life>-<n>.blob (one pack per batch)
     <dir>/epoch         the number of owners the directory had (each writes it + 1, durably,
                         before it appends: see fusee.scale)
     <dir>/owner         where the current owner serves routed calls (fusee.scale), if it does

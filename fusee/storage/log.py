@@ -41,7 +41,7 @@ from fusee.errors import (
 )
 from fusee.storage import batch as fmt
 from fusee.storage.batch import BatchBuilder, BatchHeader, BlobRef, SegmentHeader
-from fusee.storage.blobs import read_blob, write_blob
+from fusee.storage.blobs import entry, read_pack, write_pack
 from fusee.storage.checkpoint import NAME as CKPT_NAME
 from fusee.storage.checkpoint import Checkpoint
 from fusee.storage.directory import EngineDirectory
@@ -628,7 +628,8 @@ class SharedLog(FlushLifecycle):
         n = len(data)
         if n > self.blob_threshold:
             payload = bytes(data)
-            self._blob_count += 1
+            if not b.blobs:
+                self._blob_count += 1  # the batch's pack: every record it offloads goes there
             ref = BlobRef(self.life, self._blob_count, n, fmt.crc(payload))
             b.blobs.append((ref, payload))
             b.buf += fmt.U32.pack(fmt.BLOB_FLAG)
@@ -758,9 +759,11 @@ class SharedLog(FlushLifecycle):
         b = job.builder
         names: list[str] = []
         early = sabotage.active.early_blobs
-        for ref, payload in b.blobs:
-            write_blob(s, self.dir.blob_dir, ref, payload, sync=not early)
-            names.append(ref.name)
+        if b.blobs:
+            name = b.blobs[0][0].name
+            assert all(ref.name == name for ref, _ in b.blobs)
+            write_pack(s, self.dir.blob_dir, name, b.blobs, sync=not early)
+            names.append(name)
         if names and not early:
             self._fsync_dir(self.dir.blob_dir)
         total = fmt.align_up(len(b.buf), self.align)
@@ -790,7 +793,7 @@ class SharedLog(FlushLifecycle):
         self._note_durable()
         self.batches_written += 1
         self.records_written += b.records
-        self.blobs_written += len(names)
+        self.blobs_written += len(b.blobs)
 
     def may_act(self) -> bool:
         """Whether a step's function may begin now: no expiring lease, or one still held by the
@@ -1158,6 +1161,8 @@ class _Scan:
         last, base, out = self.last, self.base, self.rec.records
         prev = self.prev
         first_index = len(out)
+        packs: dict[str, int] = {}
+        loaded: dict[str, list[tuple[int, int, bytes]] | None] = {}
         for shard, lsn, payload in records:
             # Positions run on by one from the first one seen (which the checkpoint may cover).
             ok = (lsn == prev[shard] + 1) if self.seen[shard] else (lsn <= base[shard] + 1)
@@ -1167,12 +1172,19 @@ class _Scan:
             self.seen[shard] = True
             prev[shard] = lsn
             last[shard] = max(last[shard], lsn)
+            index = 0
             if isinstance(payload, BlobRef):
-                self.seg_blobs.append(payload.name)
+                name = payload.name
+                index = packs.get(name, 0)
+                packs[name] = index + 1  # the batch's i-th reference to a pack is its i-th entry
+                if index == 0:
+                    self.seg_blobs.append(name)
             if lsn <= base[shard]:
                 continue  # the checkpoint's state holds it
             if isinstance(payload, BlobRef):
-                data = read_blob(self.s, self.log.dir.blob_dir, payload)
+                if name not in loaded:
+                    loaded[name] = read_pack(self.s, self.log.dir.blob_dir, name)
+                data = entry(loaded[name], index, payload)
                 if data is None:
                     raise LogCorrupted(f"{self.log.dir.blob_dir}/{payload.name}", 0,
                                        f"a blob that the intact batch at byte {off} of {path} "

@@ -555,6 +555,78 @@ def test_blobs_round_trip_and_are_collected(disk: tuple[Storage, str]) -> None:
     log.close()
 
 
+def test_a_batch_offloads_all_its_large_records_into_one_file_with_one_sync() -> None:
+    # Seeds 10592 and 19528: a file and an fdatasync per offloaded record made a batch of k
+    # blobs cost k+2 syncs, and at 1 % failed syncs a big batch almost never got through.
+    disk = SimDisk(random.Random(2))
+    log, _ = open_log(disk, "/e", blob_threshold=10)
+    big = [random.Random(i).randbytes(50 + i) for i in range(40)]
+    syncs = disk.stats.fdatasyncs
+    lsns = [log.append(i % 2, b) for i, b in enumerate(big)]
+    log.flush()
+    assert disk.stats.fdatasyncs - syncs == 2  # the pack and the segment (and one dir fsync)
+    assert len(disk.listdir("/e/blobs")) == 1
+    assert log.blobs_written == 40
+    log.append(0, b"z" * 30)  # the next batch: a pack of its own
+    log.flush()
+    assert len(disk.listdir("/e/blobs")) == 2
+    log.close()
+    log, rec = open_log(disk, "/e", blob_threshold=10)
+    got = {(s, lsn): d for s, lsn, d in records_of(rec)}
+    assert [got[(i % 2, lsns[i])] for i in range(40)] == big
+    log.close()
+
+
+def test_a_pack_with_a_damaged_entry_is_corruption() -> None:
+    disk = SimDisk(random.Random(2))
+    log, _ = open_log(disk, "/e", blob_threshold=10)
+    for i in range(3):
+        log.append(0, bytes([i]) * 100)
+    log.flush()
+    log.close()
+    (name,) = disk.listdir("/e/blobs")
+    fh = disk.open(f"/e/blobs/{name}")
+    raw = bytearray(disk.pread(fh, disk.size(fh), 0))
+    raw[-1] ^= 0xFF  # the last entry's bytes
+    disk.pwrite(fh, bytes(raw), 0)
+    disk.fdatasync(fh)
+    disk.close(fh)
+    with pytest.raises(LogCorrupted) as info:
+        open_log(disk, "/e", blob_threshold=10)
+    assert name in str(info.value)
+
+
+def test_blob_files_of_one_record_each_still_read() -> None:
+    # Directories written before packs: a file per offloaded record, each its own pack of one.
+    from fusee.storage import batch as fmt
+    from fusee.storage.blobs import write_blob
+
+    disk = SimDisk(random.Random(2))
+    log, _ = open_log(disk, "/e", blob_threshold=10)
+    log.append(0, b"a" * 100)
+    log.append(0, b"b" * 100)
+    job = log.begin_flush()
+    assert job is not None
+    # Rewrite the batch's references as the old writer made them: numbers of their own.
+    refs = [ref for ref, _ in job.builder.blobs]
+    old = [(fmt.BlobRef(ref.life, ref.number + i, ref.size, ref.crc), data)
+           for i, (ref, (_, data)) in enumerate(zip(refs, job.builder.blobs, strict=True))]
+    buf = job.builder.buf
+    for (ref, _), (new, _) in zip(job.builder.blobs, old, strict=True):
+        at = buf.find(fmt.BLOB_REF.pack(ref.life, ref.number, ref.size, ref.crc))
+        buf[at:at + fmt.BLOB_REF.size] = fmt.BLOB_REF.pack(new.life, new.number, new.size, new.crc)
+    job.builder.blobs = []
+    for ref, data in old:
+        write_blob(disk, "/e/blobs", ref, data)
+    job.run()
+    log.finish_flush(job)
+    log.close()
+    assert len(disk.listdir("/e/blobs")) == 2
+    log, rec = open_log(disk, "/e", blob_threshold=10)
+    assert [d for _, _, d in records_of(rec)] == [b"a" * 100, b"b" * 100]
+    log.close()
+
+
 def test_missing_blob_is_corruption() -> None:
     disk = SimDisk(random.Random(2))
     log, _ = open_log(disk, "/e", blob_threshold=10)
