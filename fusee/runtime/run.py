@@ -952,14 +952,16 @@ class Run:
         pending = [f for f in self.deliveries if not f.done()]
         if not pending:
             raise ContinueAsNew(payload)
-        return self._continue_after(pending, payload)
+        return self._continue_after(pending, input)
 
-    async def _continue_after(self, pending: list[asyncio.Future[None]], payload: bytes) -> None:
+    async def _continue_after(self, pending: list[asyncio.Future[None]], input: Any) -> None:
         # The ended run's journal is not read again after a crash, so what it sent must have
         # arrived (durably) before its end is written, or a crash would lose it.
         await self._all_done(pending)
         self._check()
-        raise ContinueAsNew(payload)
+        # Encoded again now: handlers that ran meanwhile may have changed it (an update
+        # accepted into the state the next run takes over must not be dropped).
+        raise ContinueAsNew(codec.encode_input(self.wdef, input))
 
     async def deliveries_settled(self) -> None:
         """Returns once every child start and signal this run sent so far is durable where it went."""

@@ -40,6 +40,8 @@ FOUND[7856] = FOUND[2938] = ("a run terminated after the reopen but before recov
                "child starts its journal held: the children never started (nor met the close policy)")
 FOUND[10592] = ("a file and an fdatasync per offloaded record: at 1 % failed syncs a batch of "
                 "hundreds of blobs almost never got through, and lives restarted with nothing more durable")
+FOUND[20078] = ("continue-as-new encoded its input before it waited for its deliveries: an event a "
+                "window's handler accepted meanwhile was acknowledged but not in the next run's state")
 FOUND[18351] = ("a limit waiter cancelled at the head of its fairness key's queue was dropped as if "
                 "granted: its key lost its turn and waited through more permits than the bound")
 # Synchronous step functions blocking up to 60 ms run inline back to back (the steps one flush
