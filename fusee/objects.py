@@ -240,7 +240,11 @@ class ObjectDef(Generic[S]):
             await idle.wait()
             idle.clear()
             if counts["running"] == 0 and gate.idle():
-                break
+                # What handlers sent must have arrived before the hand-over (or continuing
+                # would wait, and a call could run meanwhile); then look again.
+                await ctx._run.deliveries_settled()
+                if counts["running"] == 0 and gate.idle():
+                    break  # else a call began meanwhile: its end sets idle again
         # Nothing runs and no delivery can come between this check and the hand-over.
         await ctx.continue_as_new(
             {"state": cell.json, "version": cell.version, "answers": [[c, e] for c, e in answers.items()]}
