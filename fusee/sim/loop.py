@@ -238,6 +238,8 @@ class SimLoop(asyncio.BaseEventLoop):
             if isinstance(coro, Coroutine):
                 try:
                     coro.close()
+                except KeyboardInterrupt:
+                    raise  # the soak's time limit (or a user's ^C) arrived meanwhile: not the coroutine's
                 except BaseException:
                     # A coroutine that refuses to close belongs to a dead life.
                     pass
