@@ -51,6 +51,10 @@ def worker(app: Path, data: Path) -> Iterator[subprocess.Popen[bytes]]:
         wait_for("the worker being ready", lambda: proc.poll() is not None or " ready." in log.read_text())
         assert proc.poll() is None, log.read_text()
         yield proc
+    except BaseException:
+        # A task that never answers says nothing by itself: show what the worker said.
+        sys.stderr.write(f"--- the worker's log ({log}):\n{log.read_text()[-20000:]}\n")
+        raise
     finally:
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)  # a warm shutdown: each pool process closes its engine
