@@ -15,6 +15,7 @@ import concurrent.futures
 import datetime
 import os
 import threading
+import time
 import weakref
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator
 from types import TracebackType
@@ -262,11 +263,23 @@ class SyncEngine:
             coro.close()
             self._check()
             raise EngineClosed("the engine is closed: open it again to continue") from None
+        deadline = None if timeout is None else time.monotonic() + timeout
         try:
-            return fut.result(timeout)
-        except concurrent.futures.TimeoutError:
-            fut.cancel()  # only the wait ends; what was acknowledged stays acknowledged
-            raise TimeoutError(f"no answer within {timeout} s") from None
+            while True:
+                # In slices: a call that reached the loop just as its thread died is never run,
+                # and its future never completes; the thread's end must end the wait too.
+                left = 0.5 if deadline is None else max(0.0, min(0.5, deadline - time.monotonic()))
+                try:
+                    return fut.result(left)
+                except concurrent.futures.TimeoutError:
+                    if not self._thread.is_alive():
+                        fut.cancel()
+                        self._check()
+                        raise EngineClosed("the engine's loop thread ended while this call waited: "
+                                           "open it again to continue") from None
+                    if deadline is not None and time.monotonic() >= deadline:
+                        fut.cancel()  # only the wait ends; what was acknowledged stays acknowledged
+                        raise TimeoutError(f"no answer within {timeout} s") from None
         except concurrent.futures.CancelledError:
             if not self._closed and self._thread_error is None and self._thread.is_alive():
                 raise
