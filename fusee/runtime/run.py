@@ -13,7 +13,7 @@ import datetime
 import functools
 import inspect
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Any, Protocol
 
 from fusee import codec, sabotage
@@ -175,6 +175,8 @@ class RunHost(Protocol):
     def ensure_child(self, parent: Run, child: rec.Child) -> None: ...
     def child_timed_out(self, run: Run, child: rec.Child, lsn: int) -> None: ...
     def send_signal(self, run: Run, seq: int, target: str, name: str, payload: bytes, lsn: int) -> None: ...
+    def spawn(self, coro: Any) -> asyncio.Task[Any]: ...
+    def appended_durable(self) -> Coroutine[Any, Any, None]: ...
     def release_update(
         self, shard: int, lsn: int, waiters: list[asyncio.Future[Any]], status: rec.Status, payload: bytes
     ) -> None: ...
@@ -949,15 +951,14 @@ class Run:
     def op_continue_as_new(self, input: Any) -> Awaitable[None]:
         self._check()
         payload = codec.encode_input(self.wdef, input)
-        pending = [f for f in self.deliveries if not f.done()]
-        if not pending:
+        if not self.deliveries:
             raise ContinueAsNew(payload)
-        return self._continue_after(pending, input)
+        return self._continue_after(input)
 
-    async def _continue_after(self, pending: list[asyncio.Future[None]], input: Any) -> None:
+    async def _continue_after(self, input: Any) -> None:
         # The ended run's journal is not read again after a crash, so what it sent must have
         # arrived (durably) before its end is written, or a crash would lose it.
-        await self._all_done(pending)
+        await self.deliveries_settled()
         self._check()
         # Encoded again now: handlers that ran meanwhile may have changed it (an update
         # accepted into the state the next run takes over must not be dropped).
@@ -965,9 +966,14 @@ class Run:
 
     async def deliveries_settled(self) -> None:
         """Returns once every child start and signal this run sent so far is durable where it went."""
+        if not self.deliveries:
+            return
         pending = [f for f in self.deliveries if not f.done()]
         if pending:
             await self._all_done(pending)
+        # Delivered: what they journaled lies below each shard's end; durable once that is.
+        self.deliveries = []
+        await self._all_done([self.rt.spawn(self.rt.appended_durable())])
 
     def _all_done(self, pending: list[asyncio.Future[None]]) -> asyncio.Future[None]:
         """A future of the code's own loop, done (and the code pumped) once the engine's

@@ -591,15 +591,15 @@ class Runtime:
         await self._send_durably(self._start_child, ref, child)
 
     async def _send_durably(self, fn: Callable[..., None], *args: Any) -> None:
-        """:meth:`_send`, returning once what the delivery journaled is durable."""
+        """:meth:`_send` as a task: done once delivered (what it journaled is then below each
+        shard's end, see :meth:`appended_durable`)."""
         if sabotage.active.drop_outbox_message and self.env.rng.random() < 0.5:
             return
         await asyncio.sleep(self.env.message_delay())
-        if self.closed or self.log.failed is not None:
-            return
-        fn(*args)
-        self.committer.request_flush()
-        # What the delivery appended is somewhere below each shard's end now.
+        self._deliver(fn, args)
+
+    async def appended_durable(self) -> None:
+        """Returns once everything appended so far, on every shard, is durable."""
         for shard, lsn in enumerate(self.log.appended_lsns()):
             await self.wait_durable(shard, lsn)
 
