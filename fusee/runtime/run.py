@@ -958,7 +958,8 @@ class Run:
     async def _continue_after(self, input: Any) -> None:
         # The ended run's journal is not read again after a crash, so what it sent must have
         # arrived (durably) before its end is written, or a crash would lose it.
-        await self.deliveries_settled()
+        while self.deliveries:  # a handler may send more while it waits
+            await self.deliveries_settled()
         self._check()
         # Encoded again now: handlers that ran meanwhile may have changed it (an update
         # accepted into the state the next run takes over must not be dropped).
