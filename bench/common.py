@@ -7,6 +7,7 @@ Fusee is not installed).
 
 from __future__ import annotations
 
+import gc
 import json
 import math
 import os
@@ -68,17 +69,47 @@ def cpu_seconds() -> float:
 
 @contextmanager
 def measured() -> Iterator[dict[str, float]]:
-    """Measures the wall and CPU seconds of the ``with`` body.
+    """Measures the wall and CPU seconds of the ``with`` body, and its garbage collections.
 
-    The yielded dict gets ``wall_s`` and ``cpu_s`` when the body ends.
+    The yielded dict gets ``wall_s`` and ``cpu_s`` when the body ends, and what
+    CPython's cyclic collector took meanwhile: ``gc_s`` (seconds in all
+    collections), ``gc_full`` (whole-heap collections), ``gc_full_s`` and
+    ``gc_max_pause_ms`` (the longest single collection: a stall of the loop).
     """
     out: dict[str, float] = {}
+    started = [0.0]
+    totals = {"gc_s": 0.0, "gc_full": 0, "gc_full_s": 0.0, "gc_max_pause_ms": 0.0}
+
+    def on_gc(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            started[0] = time.perf_counter()
+            return
+        took = time.perf_counter() - started[0]
+        totals["gc_s"] += took
+        totals["gc_max_pause_ms"] = max(totals["gc_max_pause_ms"], took * 1e3)
+        if info["generation"] == 2:
+            totals["gc_full"] += 1
+            totals["gc_full_s"] += took
+
+    gc.callbacks.append(on_gc)
     wall0, cpu0 = time.perf_counter(), cpu_seconds()
     try:
         yield out
     finally:
         out["wall_s"] = time.perf_counter() - wall0
         out["cpu_s"] = cpu_seconds() - cpu0
+        gc.callbacks.remove(on_gc)
+        out.update(totals)
+
+
+#: The keys :func:`measured` adds about garbage collection (a workload passes them on with
+#: ``**common.gc_figures(m)``).
+GC_KEYS = ("gc_s", "gc_full", "gc_full_s", "gc_max_pause_ms")
+
+
+def gc_figures(m: dict[str, float]) -> dict[str, float]:
+    """The garbage-collection figures of a :func:`measured` body."""
+    return {k: m[k] for k in GC_KEYS}
 
 
 def rss_bytes() -> int:

@@ -225,7 +225,7 @@ async def run_chain(args: argparse.Namespace) -> dict[str, Any]:
     assert result == steps, result
     gaps = [b - a for a, b in itertools.pairwise(STAMPS)]
     return {
-        "workload": "chain", "steps": steps, "wall_s": m["wall_s"], "cpu_s": m["cpu_s"],
+        "workload": "chain", "steps": steps, "wall_s": m["wall_s"], "cpu_s": m["cpu_s"], **common.gc_figures(m),
         "us_per_step": m["wall_s"] / steps * 1e6, **common.latency_summary(gaps),
         "samples_us": [g * 1e6 for g in gaps],
     }
@@ -253,7 +253,7 @@ async def run_fanout(args: argparse.Namespace) -> dict[str, Any]:
     assert len(STAMPS) == total_steps, len(STAMPS)
     return {
         "workload": "fanout", "workflows": workflows, "steps_per_workflow": steps,
-        "wall_s": m["wall_s"], "cpu_s": m["cpu_s"],
+        "wall_s": m["wall_s"], "cpu_s": m["cpu_s"], **common.gc_figures(m),
         "steps_per_s": total_steps / m["wall_s"], "workflows_per_s": workflows / m["wall_s"],
         "cpu_s_per_1000_steps": m["cpu_s"] / total_steps * 1000,
         **common.latency_summary(latencies),
@@ -342,7 +342,7 @@ async def run_signals(args: argparse.Namespace) -> dict[str, Any]:
     assert results == [1] * count
     latencies = [MARKS[k][1] - sent[k] for k in keys]
     return {
-        "workload": "signals", "count": count, "wall_s": m["wall_s"], "cpu_s": m["cpu_s"],
+        "workload": "signals", "count": count, "wall_s": m["wall_s"], "cpu_s": m["cpu_s"], **common.gc_figures(m),
         "per_s": count / m["wall_s"], **common.latency_summary(latencies),
     }
 
@@ -376,7 +376,7 @@ async def run_wakes(args: argparse.Namespace) -> dict[str, Any]:
     assert results == [1] * count
     return {
         "workload": "wakes", "count": count, "parked_before": parked, "wall_s": m["wall_s"],
-        "cpu_s": m["cpu_s"], "wakes_per_s": count / m["wall_s"],
+        "cpu_s": m["cpu_s"], **common.gc_figures(m), "wakes_per_s": count / m["wall_s"],
     }
 
 
@@ -430,7 +430,7 @@ async def run_timers(args: argparse.Namespace) -> dict[str, Any]:
     assert len(lateness) == count
     return {
         "workload": "timers", "count": count, "sleep_s": 1.0, "wall_s": m["wall_s"],
-        "cpu_s": m["cpu_s"], **common.latency_summary(lateness),
+        "cpu_s": m["cpu_s"], **common.gc_figures(m), **common.latency_summary(lateness),
     }
 
 

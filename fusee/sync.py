@@ -182,6 +182,7 @@ class SyncEngine:
         lease_ttl: float | None = None,
         route_address: str | None = None,
         route_tls: RouteTLS | None = None,
+        tune_gc: bool = True,
     ) -> SyncEngine:
         """Opens (or creates) ``path`` (a directory, a PostgreSQL DSN, or None for memory) and recovers it,
         as :meth:`fusee.Engine.open` does with the same options, on a loop thread of its own.
@@ -198,7 +199,7 @@ class SyncEngine:
             max_loaded=max_loaded, memory_budget=memory_budget, recovery_batch=recovery_batch, retention=retention, read_only=read_only, keep_history=keep_history,
             codec=codec, limits=list(limits), telemetry=telemetry, exclusive=exclusive,
             route_timeout=route_timeout, namespace=namespace, lease_ttl=lease_ttl, route_address=route_address,
-            route_tls=route_tls,
+            route_tls=route_tls, tune_gc=tune_gc,
         )
         loop = asyncio.new_event_loop()
         ready = threading.Event()

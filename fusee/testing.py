@@ -76,6 +76,7 @@ class EngineOptions(TypedDict, total=False):
     codec: Codec | None
     limits: Iterable[Limit]
     telemetry: bool | telemetry_config.Telemetry | None
+    tune_gc: bool
 
 
 #: What ``workflows=[...]`` takes: workflows and keyed objects.

@@ -33,7 +33,7 @@ from fusee.definitions import QueryDef, SignalDef, UpdateDef, WorkflowDef
 from fusee.durations import to_ms
 from fusee.encryption import Codec, check_codec
 from fusee.engine import bulk as bulk_actions
-from fusee.engine import periodic, signals, visibility
+from fusee.engine import collector, periodic, signals, visibility
 from fusee.engine.limit_api import LimitCalls
 from fusee.engine.object_api import ObjectCalls
 from fusee.engine.traced import traced
@@ -272,6 +272,7 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
     #: Called once the log let the directory go at close (the layer above: this process's
     #: claim on the directory ends).
     _on_release: list[Callable[[], None]]
+    _gc_held: bool
     #: The continuous backup (``backup=``), None without one.
     _backup: BackupThread | None = None
     _backup_close_timeout: float = 30.0
@@ -316,6 +317,7 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
         route_address: str | None = None,
         route_tls: RouteTLS | None = None,
         backup: Backup | None = None,
+        tune_gc: bool = True,
     ) -> _Opening:
         """Opens (or creates) the engine directory ``path`` and recovers it.
 
@@ -412,8 +414,18 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
         local directory or S3-compatible storage in the background (never on
         the step path); ``fusee restore`` rebuilds a directory from it. See
         docs/operations.md.
+
+        ``tune_gc`` (default True): while the engine is open, CPython's cyclic
+        garbage collector traverses the whole heap ten times less often, if the
+        application left its thresholds at the interpreter's defaults (the young
+        generations are untouched; the defaults come back at the last close).
+        Loaded runs are long-lived objects that leave no cycles, and each full
+        traversal of 10,000 of them stalls the loop for over 100 ms. False leaves
+        the collector alone (see docs/operations.md#garbage-collection).
         """
         workflows = list(workflows)
+        if not isinstance(tune_gc, bool):
+            raise TypeError(f"tune_gc must be True or False, got {tune_gc!r}")
         return _Opening(
             _opener(
                 cls,
@@ -448,6 +460,7 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
                 route_address=route_address,
                 route_tls=route_tls,
                 backup=backup,
+                tune_gc=tune_gc,
             )
         )
 
@@ -487,6 +500,7 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
         _fence: Callable[[], None] | None = None,
         _holding: Holding | None = None,
         backup: Backup | None = None,
+        tune_gc: bool = False,
     ) -> Engine:
         """This engine on ``path``, holding its log, or :class:`fusee.errors.DirectoryLocked` /
         :class:`fusee.errors.LeaseHeld` when another holds it (what :meth:`open` does then is the
@@ -702,6 +716,7 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
             self._backup = backup.start(log)
             self._backup_close_timeout = backup.close_timeout
         forks.hold(self, Engine._descriptors)
+        self._gc_held = collector.hold() if tune_gc and not read_only else False
         return self
 
     def _descriptors(self) -> set[int]:
@@ -1702,6 +1717,9 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
             if self._own_env and isinstance(self._env, RealEnv):
                 self._env.close()
             rt.release_table()
+            if self._gc_held:
+                self._gc_held = False
+                collector.release()
         if failed is not None:
             raise failed
 
