@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/workloads_fusee.py WORKLOAD [--quick] [sizes...]
 
-WORKLOAD is one of chain, fanout, start, signals, timers, scale, recovery, or
+WORKLOAD is one of chain, fanout, start, signals, timers, due, scale, recovery, or
 all (every one in this process, for a smoke run). ``run_all.py`` runs each in
 a fresh process so one workload's memory never colours another's figures.
 Each prints one marked JSON line (see ``common.emit_result``).
@@ -125,6 +125,19 @@ async def sleeper(ctx: fusee.Ctx, key: str) -> int:
     return int(await ctx.step("after", functools.partial(mark, key)))
 
 
+def mark_wall(key: str) -> int:
+    """A step that notes the wall-clock time it ran for workflow ``key`` (to compare with a due time)."""
+    MARKS.setdefault(key, []).append(time.time())
+    return len(MARKS[key])
+
+
+@fusee.workflow("bench_due_sleeper")
+async def due_sleeper(ctx: fusee.Ctx, due: float) -> int:
+    """Workload 5c: sleeps durably until the wall-clock time ``due`` (shared by every run), then marks."""
+    await ctx.sleep("nap", max(0.0, due - ctx.now().timestamp()))
+    return int(await ctx.step("after", functools.partial(mark_wall, ctx.workflow_id)))
+
+
 @fusee.workflow("bench_parked")
 async def parked(ctx: fusee.Ctx, steps: int) -> int:
     """Workloads 6 and 7: a few steps, then asleep for a day (parked)."""
@@ -162,7 +175,7 @@ async def streamer(ctx: fusee.Ctx, chunks: int) -> int:
     return int(await ctx.step("talk", talk, chunks))
 
 
-WORKFLOWS = [chain, fan, users_chain, users_fan, one_step, waiter, sleeper, parked, tagged, streamer]
+WORKFLOWS = [chain, fan, users_chain, users_fan, one_step, waiter, sleeper, due_sleeper, parked, tagged, streamer]
 
 
 #: Data directories made by this process, removed once its workload is done.
@@ -434,6 +447,36 @@ async def run_timers(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+async def run_due(args: argparse.Namespace) -> dict[str, Any]:
+    """``args.due`` workflows all sleep until one wall-clock instant: how late each resumed.
+
+    The instant is set far enough ahead that every run has started and is asleep
+    before it (checked: the result says how many had not). Lateness is from the
+    instant to the step after the sleep, so it holds the durable write of the
+    wake-up besides the timer; ``resumed_per_s`` is the runs resumed over the
+    time from the instant to the last one.
+    """
+    count = args.due
+    MARKS.clear()
+    engine = await open_engine(scratch("fusee-due"), args.engine_options)
+    try:
+        due = time.time() + 1.0 + count / 2000
+        with common.measured() as m:
+            handles = await gather_limited(
+                (engine.start(due_sleeper, f"due-{i}", due) for i in range(count)), 1000)
+            started_late = int(time.time() > due)
+            results = await asyncio.gather(*(h.result() for h in handles))
+    finally:
+        await engine.close()
+    assert results == [1] * count
+    lateness = [v[0] - due for v in MARKS.values()]
+    return {
+        "workload": "due", "count": count, "all_started_before_due": not started_late,
+        "wall_s": m["wall_s"], "cpu_s": m["cpu_s"], **common.gc_figures(m),
+        "resumed_per_s": count / max(lateness), **common.latency_summary(lateness),
+    }
+
+
 async def run_scale(args: argparse.Namespace) -> dict[str, Any]:
     """``args.scale`` workflows started and left asleep: start rate, RSS each, reopen time.
 
@@ -655,7 +698,7 @@ async def run_codec(args: argparse.Namespace) -> dict[str, Any]:
 
 WORKLOADS = {
     "chain": run_chain, "fanout": run_fanout, "users": run_users, "start": run_start, "signals": run_signals,
-    "timers": run_timers, "wakes": run_wakes, "soak": run_soak, "scale": run_scale, "recovery": run_recovery,
+    "timers": run_timers, "due": run_due, "wakes": run_wakes, "soak": run_soak, "scale": run_scale, "recovery": run_recovery,
     "list": run_list, "stream": run_stream, "codec": run_codec,
 }
 
@@ -671,6 +714,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--starts", type=int, help="one-step workflows (500)")
     parser.add_argument("--signals", type=int, help="signalled workflows (10,000)")
     parser.add_argument("--timers", type=int, help="sleeping workflows (10,000)")
+    parser.add_argument("--due", type=int, help="workflows asleep until one instant (10,000)")
     parser.add_argument("--wakes", type=int, help="parked workflows woken by a signal each (100,000)")
     parser.add_argument("--soak-s", type=float, help="soak: seconds of continuous fan-out (600)")
     parser.add_argument("--scale", type=int, help="parked workflows (1,000,000)")
@@ -692,7 +736,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     quick = args.quick
     defaults = {
         "chain": (200, 2000), "fanout": (100, 2000), "starts": (50, 500),
-        "signals": (50, 10_000), "timers": (50, 10_000), "scale": (2000, 1_000_000),
+        "signals": (50, 10_000), "timers": (50, 10_000), "due": (50, 10_000), "scale": (2000, 1_000_000),
         "recovery_runs": (500, 100_000), "park_wait": (0.5, 2.0), "list_runs": (5_000, 1_000_000),
         "chunks": (500, 20_000), "wakes": (500, 100_000), "soak_s": (3.0, 600.0),
     }
