@@ -58,3 +58,6 @@ async def crash_in_process(engine: Any) -> None:
     engine._log.close()
     for released in engine._on_release:
         released()
+    if engine._gc_release is not None:  # a dead process's collector settings die with it
+        engine._gc_release()
+        engine._gc_release = None

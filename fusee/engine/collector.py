@@ -20,6 +20,8 @@ from __future__ import annotations
 import gc
 import sys
 import threading
+import weakref
+from collections.abc import Callable
 
 #: The interpreter's own threshold for full collections (CPython 3.11 to 3.13).
 DEFAULT_FULL = 10
@@ -37,9 +39,17 @@ def applies() -> bool:
     return sys.implementation.name == "cpython" and sys.version_info < (3, 14)
 
 
-def hold() -> bool:
-    """Counts one more open engine; the first raises the full-collection threshold if the
-    application left it at the default. Returns True: the caller must :func:`release` once."""
+def hold(owner: object) -> Callable[[], None]:
+    """Counts ``owner`` as one more open engine; the first raises the full-collection
+    threshold if the application left it at the default. Returns the release: calling
+    it (once or more) counts the owner out, and it runs by itself if the owner is
+    garbage-collected without being closed, so a dropped engine does not keep the
+    thresholds changed for the life of the process."""
+    _hold()
+    return weakref.finalize(owner, release)
+
+
+def _hold() -> None:
     global _holders, _tuned
     with _lock:
         _holders += 1
@@ -48,12 +58,11 @@ def hold() -> bool:
             if full == DEFAULT_FULL:
                 _tuned = (young, middle, TUNED_FULL)
                 gc.set_threshold(*_tuned)
-    return True
 
 
 def release() -> None:
     """Counts one engine fewer; the last one sets back what :func:`hold` changed, if the
-    thresholds are still what it set."""
+    thresholds are still what it set. Called through the release :func:`hold` returned."""
     global _holders, _tuned
     with _lock:
         assert _holders > 0, "collector.release() without a hold()"
@@ -62,3 +71,9 @@ def release() -> None:
             if gc.get_threshold() == _tuned:
                 gc.set_threshold(_tuned[0], _tuned[1], DEFAULT_FULL)
             _tuned = None
+
+
+def holders() -> int:
+    """How many engines hold the collector's thresholds now (for tests and diagnostics)."""
+    with _lock:
+        return _holders

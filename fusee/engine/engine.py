@@ -272,7 +272,8 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
     #: Called once the log let the directory go at close (the layer above: this process's
     #: claim on the directory ends).
     _on_release: list[Callable[[], None]]
-    _gc_held: bool
+    #: Lets go of the garbage collector's tuning (``tune_gc=``), None when not held.
+    _gc_release: Callable[[], None] | None = None
     #: The continuous backup (``backup=``), None without one.
     _backup: BackupThread | None = None
     _backup_close_timeout: float = 30.0
@@ -716,7 +717,7 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
             self._backup = backup.start(log)
             self._backup_close_timeout = backup.close_timeout
         forks.hold(self, Engine._descriptors)
-        self._gc_held = collector.hold() if tune_gc and not read_only else False
+        self._gc_release = collector.hold(self) if tune_gc and not read_only else None
         return self
 
     def _descriptors(self) -> set[int]:
@@ -1717,9 +1718,9 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
             if self._own_env and isinstance(self._env, RealEnv):
                 self._env.close()
             rt.release_table()
-            if self._gc_held:
-                self._gc_held = False
-                collector.release()
+            if self._gc_release is not None:
+                self._gc_release()
+                self._gc_release = None
         if failed is not None:
             raise failed
 

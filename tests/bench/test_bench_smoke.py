@@ -174,13 +174,14 @@ def _engine_available() -> bool:
 def test_fusee_workloads_quick(tmp_path: Path) -> None:
     results = _run(str(BENCH / "workloads_fusee.py"), "all", "--quick", "--chain", "30",
                    "--fanout", "20", "--starts", "10", "--signals", "10", "--timers", "5",
-                   "--scale", "200", "--recovery-runs", "30", "--park-wait", "0",
+                   "--due", "10", "--scale", "200", "--recovery-runs", "30", "--park-wait", "0",
                    "--list-runs", "10100", "--list-repeats", "5", "--chunks", "200",
                        "--wakes", "20", "--soak-s", "1",
                    scratch=tmp_path, timeout=240)
     by_name = {r["workload"]: r for r in results}
-    assert set(by_name) == {"chain", "fanout", "start", "signals", "timers", "scale",
+    assert set(by_name) == {"chain", "fanout", "start", "signals", "timers", "due", "scale",
                             "recovery", "list", "stream", "users", "wakes", "soak", "codec"}
+    assert by_name["due"]["count"] == 10 and by_name["due"]["all_started_before_due"] is True
     assert by_name["wakes"]["count"] == 20 and by_name["wakes"]["parked_before"] == 20
     assert by_name["soak"]["rounds"] >= 1
     users = by_name["users"]

@@ -21,13 +21,19 @@ async def collected(ctx: fusee.Ctx, n: int) -> int:
 
 @pytest.fixture(autouse=True)
 def default_thresholds() -> Iterator[tuple[int, int, int]]:
-    """Each test starts from the interpreter's defaults and leaves the process as it found it."""
+    """Each test starts from the interpreter's defaults, with no engine open, and leaves the
+    process as it found it (an engine another test left open is counted apart meanwhile)."""
+    gc.collect()  # an engine an earlier test dropped without closing lets go here
+    counted = collector._holders, collector._tuned
+    collector._holders, collector._tuned = 0, None
     before = gc.get_threshold()
     young, middle, _ = before
     gc.set_threshold(young, middle, collector.DEFAULT_FULL)
     try:
         yield gc.get_threshold()
     finally:
+        assert collector.holders() == 0, "a test left an engine open"
+        collector._holders, collector._tuned = counted
         gc.set_threshold(*before)
 
 
@@ -103,3 +109,28 @@ def test_a_sync_engine_tunes_and_restores_alike(tmp_path: Path, default_threshol
     assert gc.get_threshold() == default_thresholds
     with fusee.SyncEngine.open(tmp_path / "e", workflows=[collected], tune_gc=False):
         assert gc.get_threshold() == default_thresholds
+
+
+async def test_an_engine_dropped_without_close_lets_the_thresholds_go(
+        default_thresholds: tuple[int, int, int]) -> None:
+    engine = await fusee.Engine.open(None, workflows=[collected])
+    assert collector.holders() == 1 and gc.get_threshold()[2] == collector.TUNED_FULL
+    release = engine._gc_release
+    assert release is not None
+    release()
+    release()  # closing after the finalizer ran (or twice) counts the engine out once
+    assert collector.holders() == 0 and gc.get_threshold() == default_thresholds
+    await engine.close()
+    assert collector.holders() == 0
+
+
+def test_the_release_runs_when_the_owner_is_collected(default_thresholds: tuple[int, int, int]) -> None:
+    class Owner:
+        pass
+
+    owner = Owner()
+    collector.hold(owner)
+    assert collector.holders() == 1 and gc.get_threshold()[2] == collector.TUNED_FULL
+    del owner
+    gc.collect()
+    assert collector.holders() == 0 and gc.get_threshold() == default_thresholds

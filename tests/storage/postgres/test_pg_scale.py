@@ -38,6 +38,9 @@ def crash(engine: Any) -> None:
     pg_crash(engine)
     engine._rt.closed = True
     engine._closed = True
+    if engine._gc_release is not None:  # a dead process's collector settings die with it
+        engine._gc_release()
+        engine._gc_release = None
     if engine._route_server is not None and engine._route_server._server is not None:
         engine._route_server._server.close()
         for w in list(engine._route_server._conns):
