@@ -53,6 +53,10 @@ class Sabotage:
     #: Group commit does not wait for records about to come: producers (steps released and
     #: not yet started, executions in flight) go uncounted, so runs taking turns flush alone.
     flush_before_producers: bool = False
+    #: A hand-off before a cheap step function sends what is pending once the round has waited
+    #: one flush time, without the producers' records: concurrent runs split into groups that
+    #: take turns through the log's thread (the rule before 2026-12-04).
+    hand_off_splits_rounds: bool = False
     #: Stream readers are shown chunks that are not durable yet (a crash may take them back).
     stream_shows_nondurable: bool = False
     # keyed objects and step limits

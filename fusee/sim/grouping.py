@@ -5,7 +5,7 @@
 The main world (``fusee.sim.world``) is never quiet and rarely in lockstep, so
 two promises of group commit do not show there. A seed here picks a flush
 mode (inline, background or pipeline), a kind of step function (synchronous
-lambdas run on the loop's thread, synchronous functions that hold the loop's
+lambdas run on the loop's thread, each costing it 10 to 60 µs, synchronous functions that hold the loop's
 thread longer than a flush, async functions that return at once, or async
 functions that suspend, so that executions are in flight when a flush could
 start), and then runs, on the real engine over a simulated disk and clock:
@@ -23,7 +23,10 @@ Checkers:
   ``no_flush_after_direct_step`` breaks it in the quiet phase);
 - *one flush per round*: with N chains of steps that do not suspend or hold, the
   together phase takes at most S + 8 flushes, not one per chain and step
-  (sabotage ``flush_before_producers`` breaks it: each chain flushes alone);
+  (sabotage ``flush_before_producers`` breaks it: each chain flushes alone; so would
+  handing what is pending to the log's thread once a round's cheap functions added up
+  past one flush time, sabotage ``hand_off_splits_rounds``: the chains then split into
+  groups taking turns);
 - *an outcome is not held behind step functions*: with functions that hold
   the loop's thread, a step that ended more than ``_late_bound`` before the
   crash is durable (it does not run again after it): what is pending goes
@@ -52,7 +55,7 @@ from fusee.storage.simdisk import SimDisk
 
 DATA = "/grouped"
 #: The sabotage switches this simulator catches (the main world does not see them).
-SWITCHES = ("flush_before_producers", "inline_step_holds_flush")
+SWITCHES = ("flush_before_producers", "inline_step_holds_flush", "hand_off_splits_rounds")
 #: Flushes the together phase may take beyond one per step round (starts, ends, a checkpoint).
 SLACK = 8
 _HANG_S = 120.0
@@ -132,6 +135,10 @@ class GroupingWorld:
         self.max_hold = 0.0015 if self.kind == "blocking" else 0.0
         self.hold_rng = random.Random(f"grouping-hold-{seed}")
         self.last_hold = 0.0
+        # A synchronous lambda costs the loop's thread a little (the engine's own work around
+        # a step: 10 to 60 µs, less than a flush), so the chains' turns in one round add up past
+        # a flush time, as on a real machine: a flush must still wait for all of them.
+        self.cpu_rng = random.Random(f"grouping-cpu-{seed}")
         #: (workflow ID, step number) -> when the step function ended, per life.
         self.executions: list[dict[tuple[str, int], float]] = []
         self.chains = self.rng.randint(3, 10)
@@ -173,6 +180,9 @@ class GroupingWorld:
         hold, self.last_hold = self.last_hold, 0.0
         return hold
 
+    def _cpu(self) -> float:
+        return self.cpu_rng.uniform(0.00001, 0.00006)
+
     def _late_bound(self) -> float:
         """How long after its function ended a step's outcome may still not be durable.
 
@@ -189,7 +199,7 @@ class GroupingWorld:
         env = SimEnv(self.disk, random.Random(self.rng.getrandbits(64)), loop,
                      lambda: self.rng.uniform(0.00005, _MAX_FLUSH_S),
                      inline_sync_steps=True, flush_mode=self.mode,
-                     step_latency=self._hold if self.max_hold else None)
+                     step_latency=self._hold if self.max_hold else self._cpu if self.kind == "sync" else None)
         ran: dict[tuple[str, int], float] = {}
         self.executions.append(ran)
 

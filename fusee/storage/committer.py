@@ -221,11 +221,18 @@ class GroupCommitter:
                 or not self.log.has_pending()):
             return
         if self.producers and not self._hold_futile:
-            # No producer lands while the function runs, and no hold's timer fires: leaving
-            # the records for the producers costs them the function's whole time.
             now = self._clock()
             if self._waiting_since is None:
                 self._waiting_since = now
+            if self._lent_s < self.hold_s and not sabotage.active.hand_off_splits_rounds:
+                # A short function: its record, and the other producers' in this turn of the
+                # loop, join what is pending, and one flush on the loop's thread takes them all.
+                # Launching here would split concurrent runs into groups that take turns
+                # flushing through the log's thread, which costs CPython more CPU per step
+                # (the GIL changing hands each flush) than the whole turn's wait.
+                return
+            # No producer lands while the function runs, and no hold's timer fires: leaving
+            # the records for the producers costs them the function's whole time.
             if now - self._waiting_since + self._lent_s < self.hold_s:
                 return
             self._hold_ran_out_early()

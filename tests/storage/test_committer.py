@@ -304,10 +304,12 @@ def test_hand_off_starts_what_is_pending_and_reaps_a_finished_flush(disk: tuple[
     asyncio.run(main())
 
 
-def test_hand_off_leaves_records_for_producers_one_flush_time_at_most(disk: tuple[Storage, str]) -> None:
+def test_hand_off_leaves_records_for_the_producers_of_cheap_functions(disk: tuple[Storage, str]) -> None:
     """Step functions lent the loop's thread back to back while the steps a flush released are
-    still producers: what is pending waits for their records one flush time at most, counted
-    from the first hand-off that left it; no hold's timer can fire meanwhile."""
+    still producers: while each function is cheap, what is pending waits for their records,
+    however long the turn of the loop (one flush then carries every run's record, instead of
+    runs splitting into groups that take turns through the log's thread); once the last
+    producer landed, the next hand-off sends everything."""
     storage, path = disk
     log = open_log(storage, path)
     now = [0.0]
@@ -318,18 +320,17 @@ def test_hand_off_leaves_records_for_producers_one_flush_time_at_most(disk: tupl
                            hold_timer=lambda delay, fn: lambda: None)
         c.expect(4)
         lsn = c.append(0, b"outcome")
-        for _ in range(3):  # cheap functions: the records wait for the producers' to join them
+        for _ in range(4):  # cheap functions: the records wait for the producers' to join them
             c.hand_off()
             assert not c.flushing
-            now[0] += c.hold_s / 10
+            now[0] += c.hold_s  # the turn's other work: well past one flush time in all
             c.lent(c.hold_s / 10)
             c.landed()
             c.append(0, b"next gate")
-        now[0] += c.hold_s  # one function ran for a flush time: no more waiting
-        c.lent(c.hold_s / 10)
-        c.hand_off()
+        c.hand_off()  # no producer left: nothing more is coming
         assert c.flushing
-        c.landed()
+        job = c._inflight
+        assert job is not None and job.records == 5, "one flush carries every producer's record"
         await c.wait_durable(0, lsn)
         await c.close()
 
