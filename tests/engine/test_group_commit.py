@@ -40,5 +40,8 @@ async def test_concurrent_chains_share_their_flushes(tmp_path: Path, flush: str)
     flushes, records = await _flushes(tmp_path, flush)
     # One flush per round of steps would be STEPS; a busy machine may add some (a held
     # flush whose pooled first executions are slow runs out). Chains flushing alone take
-    # CHAINS x STEPS.
-    assert flushes <= records // 2, f"{flushes} flushes for {records} step results"
+    # CHAINS x STEPS; chains split into two groups taking turns (a round's first records
+    # handed to the log's thread once the round passed a flush time of CPU) take 2 x STEPS.
+    # Pipeline mode writes a round's first delivery ahead by design (after_delivery).
+    bound = records // 2 if flush == "pipeline" else STEPS + STEPS // 2
+    assert flushes <= bound, f"{flushes} flushes for {records} step results (at most {bound})"
