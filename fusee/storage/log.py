@@ -147,7 +147,9 @@ class FlushJob:
         self.finished = False
         self._state = 0  # 0 new, 1 running, 2 done
         self._mutex = threading.Lock()
-        self._done = threading.Event()
+        # Held from the moment the job starts running until it is done, so a waiter on another
+        # thread acquires it: a bare lock rather than an Event (a Condition and two locks) per flush.
+        self._running = threading.Lock()
 
     @property
     def done(self) -> bool:
@@ -162,6 +164,7 @@ class FlushJob:
             if self._state != 0:
                 return
             self._state = 1
+            self._running.acquire()
         self._execute()
 
     def wait(self) -> None:
@@ -170,10 +173,12 @@ class FlushJob:
             start = self._state == 0
             if start:
                 self._state = 1
+                self._running.acquire()
         if start:
             self._execute()
         else:
-            self._done.wait()
+            with self._running:  # released once the job is done
+                pass
 
     def _execute(self) -> None:
         t0 = time.perf_counter()
@@ -185,7 +190,7 @@ class FlushJob:
             # An I/O statistic (metrics only): no decision of the engine reads it.
             self._log.flush_seconds.append(time.perf_counter() - t0)
             self._state = 2
-            self._done.set()
+            self._running.release()
 
 
 class FlushLifecycle:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import random
+import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -399,3 +401,42 @@ async def test_the_real_envs_hold_timer_fires_once_and_a_cancelled_one_never(tmp
     finally:
         env.close()
     assert sorted(fired) == ["long", "short"]
+
+
+def test_a_flush_job_waited_for_from_another_thread_returns_once_it_is_done(tmp_path: Path) -> None:
+    """``FlushJob.wait`` on a job another thread is running returns only after its sync did;
+    on a job nobody started it runs the job itself; on a finished one it returns at once."""
+    log = open_log(PosixStorage(), str(tmp_path / "log"))
+    storage: Any = log.storage  # what the log writes through (rooted at its directory)
+    entered, release = threading.Event(), threading.Event()
+    real = storage.fdatasync
+
+    def held_fdatasync(fh: Any) -> None:
+        entered.set()
+        assert release.wait(30)
+        real(fh)
+
+    log.append(0, b"a")
+    job = log.begin_flush()
+    assert job is not None
+    storage.fdatasync = held_fdatasync
+    runner = threading.Thread(target=job.run)
+    runner.start()
+    assert entered.wait(30)
+    returned = threading.Event()
+    waiter = threading.Thread(target=lambda: (job.wait(), returned.set()))
+    waiter.start()
+    assert not returned.wait(0.05) and not job.done  # still in its fdatasync: the waiter waits
+    release.set()
+    waiter.join(30)
+    runner.join(30)
+    assert returned.is_set() and job.done and job.error is None
+    job.wait()  # done already: returns at once
+    assert log.finish_flush(job)[0] == 1
+    del storage.fdatasync
+    log.append(0, b"b")
+    second = log.begin_flush()
+    assert second is not None
+    second.wait()  # nobody started it: runs here
+    assert second.done and log.finish_flush(second)[0] == 2
+    log.close()
