@@ -58,6 +58,11 @@ async def crash_in_process(engine: Any) -> None:
     engine._log.close()
     for released in engine._on_release:
         released()
-    if engine._gc_release is not None:  # a dead process's collector settings die with it
+    release_collector(engine)
+
+
+def release_collector(engine: Any) -> None:
+    """What a crash does to the engine's garbage-collector tuning: a dead process's settings die with it."""
+    if engine._gc_release is not None:
         engine._gc_release()
         engine._gc_release = None

@@ -183,6 +183,12 @@ class GroupingWorld:
     def _cpu(self) -> float:
         return self.cpu_rng.uniform(0.00001, 0.00006)
 
+    def _step_latency(self) -> Callable[[], float] | None:
+        """How long each step function holds the loop's thread, per kind (None: no time)."""
+        if self.max_hold:
+            return self._hold
+        return self._cpu if self.kind == "sync" else None
+
     def _late_bound(self) -> float:
         """How long after its function ended a step's outcome may still not be durable.
 
@@ -199,7 +205,7 @@ class GroupingWorld:
         env = SimEnv(self.disk, random.Random(self.rng.getrandbits(64)), loop,
                      lambda: self.rng.uniform(0.00005, _MAX_FLUSH_S),
                      inline_sync_steps=True, flush_mode=self.mode,
-                     step_latency=self._hold if self.max_hold else self._cpu if self.kind == "sync" else None)
+                     step_latency=self._step_latency())
         ran: dict[tuple[str, int], float] = {}
         self.executions.append(ran)
 

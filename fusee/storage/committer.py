@@ -209,10 +209,11 @@ class GroupCommitter:
         then works on what is pending meanwhile instead of after it. A flush
         whose thread already finished is completed here first (the loop may
         not have heard of it yet, if step functions ran back to back). While
-        producers are outstanding their records may join this flush instead,
-        if that keeps what is pending waiting one flush time at most: counted
-        from the first hand-off that left it, plus the coming function's time
-        (guessed from the last one's, see ``lent``).
+        producers are outstanding, a cheap coming function (shorter than a
+        flush, guessed from the last ones, see ``lent``) starts nothing: its
+        record and the producers' join what is pending, and one flush takes the
+        whole turn's. Before a longer one, what is pending goes now unless it
+        has waited less than one flush time, counting that function.
         """
         job = self._inflight
         if job is not None and job.done:

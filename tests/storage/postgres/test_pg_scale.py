@@ -17,7 +17,7 @@ import pytest
 import fusee
 from fusee.errors import LeaseHeld, LeaseLost, RoutingRefused
 from fusee.scale import tcp
-from tests.helpers import finish, ledger, until
+from tests.helpers import finish, ledger, release_collector, until
 from tests.scale.test_directory_scale import until as until_alive
 from tests.storage.postgres.test_pg_engine import crash as pg_crash
 from tests.storage.postgres.test_pg_engine import rows
@@ -38,9 +38,7 @@ def crash(engine: Any) -> None:
     pg_crash(engine)
     engine._rt.closed = True
     engine._closed = True
-    if engine._gc_release is not None:  # a dead process's collector settings die with it
-        engine._gc_release()
-        engine._gc_release = None
+    release_collector(engine)
     if engine._route_server is not None and engine._route_server._server is not None:
         engine._route_server._server.close()
         for w in list(engine._route_server._conns):
