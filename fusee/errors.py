@@ -186,6 +186,14 @@ class OutcomeUnknown(FuseeError):
         super().__init__(message)
 
 
+class FencedSender(FuseeError):
+    """A message between parts came from a holder whose part has a newer holder now.
+
+    The sender's lease was taken over (its epoch is fenced), so nothing it sends is
+    applied: the new holder sends again what its runs still owe.
+    """
+
+
 class ShardCountMismatch(StorageError):
     """The directory was created with another shard count."""
 

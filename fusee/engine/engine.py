@@ -117,8 +117,10 @@ Opener = Callable[..., Awaitable["Engine"]]
 
 async def _hold_alone(cls: type[Engine], path: str | os.PathLike[str] | None, *, exclusive: bool,
                       route_timeout: float, route_address: str | None, route_tls: RouteTLS | None,
-                      **options: Any) -> Engine:
+                      parts: int | None, **options: Any) -> Engine:
     """Without the layer above nobody follows or serves: the engine holds its log alone."""
+    if parts is not None:
+        raise ValueError("parts= needs fusee.scale (import fusee)")
     return await cls._open(path, **options)
 
 
@@ -290,6 +292,7 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
         *,
         workflows: Iterable[WorkflowDef[Any, Any] | ObjectDef[Any]] = (),
         shards: int | None = None,
+        parts: int | None = None,
         env: Env | None = None,
         retry: Retry | None = None,
         inline_sync_steps: bool | None = None,
@@ -411,6 +414,11 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
         with :class:`fusee.errors.LeaseLost` at its next renewal or flush,
         whichever comes first, and acknowledges nothing more.
 
+        ``parts`` (set when a directory is created; an existing parted directory opens
+        without it): the directory holds that many parts, each with its own log and lease, and
+        every process that opens it holds a fair share of them and runs only their workflows
+        and steps, so throughput grows with processes (see docs/scale-out.md#parts).
+
         ``backup`` (a :class:`fusee.Backup`) copies what becomes durable to a
         local directory or S3-compatible storage in the background (never on
         the step path); ``fusee restore`` rebuilds a directory from it. See
@@ -433,6 +441,7 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
                 path,
                 exclusive=exclusive,
                 route_timeout=route_timeout,
+                parts=parts,
                 workflows=workflows,
                 shards=shards,
                 env=env,
@@ -500,13 +509,16 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
         _pg_lease: Any = None,
         _fence: Callable[[], None] | None = None,
         _holding: Holding | None = None,
+        _mail: Any = None,
         backup: Backup | None = None,
         tune_gc: bool = False,
     ) -> Engine:
         """This engine on ``path``, holding its log, or :class:`fusee.errors.DirectoryLocked` /
         :class:`fusee.errors.LeaseHeld` when another holds it (what :meth:`open` does then is the
         opener's choice). ``_lock``/``_epoch`` (a directory) and ``_pg_lease``/``_fence`` (a
-        namespace) open it on a lease already won."""
+        namespace) open it on a lease already won. ``_mail`` (a ``fusee.runtime.runtime.Mail``):
+        this engine holds one part of a parted directory, and messages for runs on other parts
+        go there (set before recovery, which sends some again)."""
         workflows = list(workflows)
         tel_config = telemetry_config.resolve(telemetry)
         opened_at = asyncio.get_running_loop().time()  # for the recovery line of the log
@@ -649,6 +661,7 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
             codec=codec,
         )
         self._rt.set_load_room(recovery_batch)
+        self._rt.mail = _mail
         self._rt.keep_history = bool(keep_history)
         if read_only:
             # A view advances nothing: a parked run's wake-up that came due while the

@@ -13,7 +13,7 @@ import asyncio
 import collections
 import logging
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, Protocol
 
 import msgspec
 
@@ -26,6 +26,7 @@ from fusee.errors import (
     AlreadyExists,
     CodecError,
     DeterminismError,
+    EngineClosed,
     FuseeError,
     NotFound,
     StorageError,
@@ -67,6 +68,47 @@ DEFAULT_LOAD_ROOM = 1000
 
 IF_RUNNING = ("fail", "attach", "terminate")
 IF_FINISHED = ("fail", "attach", "start")
+
+
+#: The messages one runtime sends another run (each a method of :class:`Runtime` that the
+#: receiver applies), with the types of their arguments: what a part encodes to send to another.
+MAIL_TYPES: dict[str, Any] = {
+    "_start_child": tuple[rec.ParentRef, rec.Child],
+    "_child_finished": tuple[rec.ParentRef, rec.Status | None, bytes],
+    "_signal_quiet": tuple[str, str, bytes, int],
+    "_close_child": tuple[rec.ParentRef, rec.Child],
+    "_parent_closed": tuple[str, int, rec.Child],
+    "_cancel_quiet": tuple[str, str],
+    "_terminate_quiet": tuple[str, str],
+}
+
+
+def mail_target(kind: str, args: tuple[Any, ...]) -> str:
+    """The workflow ID a message is for."""
+    if kind in ("_start_child", "_close_child"):
+        return args[1].id  # type: ignore[no-any-return]
+    if kind == "_child_finished":
+        return args[0].id  # type: ignore[no-any-return]
+    if kind == "_parent_closed":
+        return args[2].id  # type: ignore[no-any-return]
+    return args[0]  # type: ignore[no-any-return]
+
+
+class Mail(Protocol):
+    """Carries messages to runs this runtime does not hold (they live on other parts)."""
+
+    def elsewhere(self, workflow_id: str) -> bool:
+        """Whether ``workflow_id`` lives on another part."""
+        ...
+
+    async def send(self, kind: str, args: tuple[Any, ...]) -> None:
+        """Delivers the message; returns once its receiver made what it journaled durable
+        (sent again until then, for as long as this runtime is open)."""
+        ...
+
+    def fenced(self, part: int, epoch: int) -> bool:
+        """Whether a sender holding part ``part`` under ``epoch`` has been replaced since."""
+        ...
 
 
 class Runtime:
@@ -155,6 +197,8 @@ class Runtime:
         self.keep_history = True
         self.stats = {"steps": 0, "replays": 0, "runs_started": 0, "parked": 0, "woken": 0, "checkpoints": 0,
                       "signals_dropped": 0, "budget_parks": 0, "recovery_batches": 0}
+        #: Where messages for runs on other parts go (``fusee.scale.parts``); None: every run is here.
+        self.mail: Mail | None = None
         #: Spans and metrics (``fusee.runtime.telemetry``); None: off, and each hook costs one test.
         self.telemetry: TelemetryHooks | None = None
 
@@ -518,6 +562,10 @@ class Runtime:
             if type(r) is not rec.Child:
                 continue
             assert isinstance(r, rec.Child)
+            if self.mail is not None and self.mail.elsewhere(r.id):
+                if r.flags & rec.CLOSE_POLICY_MASK in (rec.ClosePolicy.TERMINATE, rec.ClosePolicy.REQUEST_CANCEL):
+                    self._send(self._parent_closed, st.id, st.run_id, r)
+                continue
             child = self.wf.get(r.id)
             if child is None or not child.running or child.parent is None:
                 continue
@@ -528,6 +576,19 @@ class Runtime:
                 self._send(self._terminate_quiet, child.id, f"parent '{st.id}' closed")
             elif policy == rec.ClosePolicy.REQUEST_CANCEL:
                 self._send(self._cancel_quiet, child.id, f"parent '{st.id}' closed")
+
+    def _parent_closed(self, parent_id: str, parent_run: int, r: rec.Child) -> None:
+        """A parent on another part ended: its child here follows the close policy ``r`` names."""
+        child = self.wf.get(r.id)
+        if child is None or not child.running or child.parent is None:
+            return
+        if child.parent.id != parent_id or child.parent.run != parent_run:
+            return
+        policy = r.flags & rec.CLOSE_POLICY_MASK
+        if policy == rec.ClosePolicy.TERMINATE:
+            self._terminate_quiet(child.id, f"parent '{parent_id}' closed")
+        elif policy == rec.ClosePolicy.REQUEST_CANCEL:
+            self._cancel_quiet(child.id, f"parent '{parent_id}' closed")
 
     def _terminate_quiet(self, wid: str, reason: str) -> None:
         st = self.wf.get(wid)
@@ -565,6 +626,9 @@ class Runtime:
         """Delivers a message to another run after the Env's message delay."""
         if sabotage.active.drop_outbox_message and self.env.rng.random() < 0.5:
             return
+        if self.mail is not None and self.mail.elsewhere(mail_target(fn.__name__, args)):
+            self.spawn(self.mail.send(fn.__name__, args))
+            return
         delay = self.env.message_delay()
         if delay > 0:
             self.loop.call_later(delay, self._deliver, fn, args)
@@ -595,8 +659,20 @@ class Runtime:
         shard's end, see :meth:`appended_durable`)."""
         if sabotage.active.drop_outbox_message and self.env.rng.random() < 0.5:
             return
+        if self.mail is not None and self.mail.elsewhere(mail_target(fn.__name__, args)):
+            await self.mail.send(fn.__name__, args)
+            return
         await asyncio.sleep(self.env.message_delay())
         self._deliver(fn, args)
+
+    async def receive(self, kind: str, args: tuple[Any, ...]) -> None:
+        """Applies a message another part's runtime sent (see :data:`MAIL_TYPES`); returns once
+        what it journaled here is durable, so that its sender may count it delivered."""
+        assert kind in MAIL_TYPES, f"not a message kind: {kind!r}"
+        if self.closed or self.log.failed is not None:
+            raise EngineClosed("this part is closed or its log failed: the message was not applied")
+        self._deliver(getattr(self, kind), args)
+        await self.appended_durable()
 
     async def appended_durable(self) -> None:
         """Returns once everything appended so far, on every shard, is durable."""

@@ -75,6 +75,7 @@ class _Connection:
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, epoch: int) -> None:
         self.reader, self.writer, self.epoch = reader, writer, epoch
+        self.outbox = wire.Outbox(writer)
         self.pending: dict[int, asyncio.Future[Any]] = {}
         self.next_id = 0
         self.alive = True
@@ -116,7 +117,7 @@ class _Connection:
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self.pending[rid] = fut
         try:
-            self.writer.write(wire.frame([rid, method, args]))
+            self.outbox.write(wire.frame([rid, method, args]))
         except (ConnectionError, OSError, RuntimeError):
             self.pending.pop(rid, None)
             self.close()
@@ -718,7 +719,8 @@ class Follower(Engine):
         at = loop.time()
         # A view writes nothing: no backup either (the follower keeps it for when it takes over).
         opts = {**self._options, "read_only": True, "park_after": None, "truncate_corrupt": False,
-                "checkpoint_interval": None, "telemetry": False, "step_threads": 1, "backup": None}
+                "checkpoint_interval": None, "telemetry": False, "step_threads": 1, "backup": None,
+                "_mail": None}
         view = await Engine._open(self._place.target, **opts)
         old, self._view, self._view_at = self._view, view, at
         if old is not None:

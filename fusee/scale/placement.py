@@ -19,6 +19,7 @@ from fusee.engine.engine import MEMORY_PATH, Engine, shared_directory
 from fusee.errors import DirectoryLocked, LeaseHeld
 from fusee.scale.follower import Follower
 from fusee.scale.owner import HELD_HERE, dir_key, open_owner
+from fusee.scale.parts import PartedEngine, read_parts
 from fusee.scale.places import DirectoryPlace, PostgresPlace
 from fusee.scale.tcp import parse_address
 from fusee.storage import postgres as pg_store
@@ -33,6 +34,7 @@ async def open_engine(
     route_timeout: float,
     route_address: str | None,
     route_tls: RouteTLS | None,
+    parts: int | None = None,
     **options: Any,
 ) -> Engine:
     """:meth:`fusee.Engine.open`: the owner of ``path``, or a follower of the process that owns it.
@@ -53,6 +55,13 @@ async def open_engine(
     options["workflows"] = list(options.get("workflows", ()))
     env, read_only = options.get("env"), bool(options.get("read_only", False))
     shared = shared_directory(path, env, read_only)
+    if parts is not None or (path is not None and not on_postgres and read_parts(target) is not None):
+        if not shared:
+            raise ValueError("parts= applies to a directory on the real disk opened to write (not to "
+                             "memory, a PostgreSQL DSN, env=..., or read_only=True yet)")
+        if dir_key(target) in HELD_HERE:
+            raise DirectoryLocked(target, os.getpid())
+        return await PartedEngine.open_parted(target, parts, options, route_timeout, exclusive=exclusive)
     if shared and dir_key(target) in HELD_HERE:
         raise DirectoryLocked(target, os.getpid())
     try:

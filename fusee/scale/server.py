@@ -28,7 +28,8 @@ import msgspec
 from fusee import codec
 from fusee.core import records as rec
 from fusee.definitions import QueryDef, SignalDef, UpdateDef
-from fusee.errors import AlreadyExists, FuseeError
+from fusee.errors import AlreadyExists, FencedSender, FuseeError
+from fusee.runtime.runtime import MAIL_TYPES
 from fusee.scale import tcp, wire
 from fusee.tls import HANDSHAKE_TIMEOUT_S, RouteTLS
 
@@ -185,6 +186,20 @@ async def _enqueue(eng: Engine, wref: Any, key: str, event: bytes | None, event_
     return [r.window_id, r.position]
 
 
+async def _relay(eng: Engine, kind: str, data: bytes, part: int, epoch: int) -> Any:
+    """A message from a run on another part (``fusee.scale.parts``), applied here once, durably."""
+    rt = eng._rt
+    mail = rt.mail
+    if mail is None or kind not in MAIL_TYPES:
+        raise FuseeError(f"this engine holds no part of a parted directory, or {kind!r} is no message: "
+                         "are both processes running the same version of fusee?")
+    if mail.fenced(part, epoch):
+        raise FencedSender(f"a message from part {part} under epoch {epoch} was refused: that part has "
+                           "a newer holder, which sends again what its runs still owe")
+    await rt.receive(kind, msgspec.msgpack.decode(data, type=MAIL_TYPES[kind]))
+    return []
+
+
 async def _ping(eng: Engine) -> Any:
     return [os.getpid()]
 
@@ -196,6 +211,7 @@ CALLS: dict[str, Callable[..., Awaitable[Any]]] = {
     "complete": _complete, "fail_completion": _fail_completion, "reset": _reset, "journal": _journal,
     "read_stream": _read_stream, "checkpoint": _checkpoint, "schedule": _schedule,
     "schedule_state": _schedule_state, "enqueue": _enqueue, "ping": _ping,
+    "relay": _relay,
 }
 
 
@@ -278,6 +294,7 @@ class RouteServer:
                 writer.close()  # an abstract socket is reachable by any user of the machine: refuse others
                 return
         self._conns.add(writer)
+        outbox = wire.Outbox(writer)
         try:
             while True:
                 try:
@@ -288,14 +305,14 @@ class RouteServer:
                     # The loop is shutting down: asyncio's server callback would log a cancelled
                     # handler as an error, and there is nothing left to answer.
                     return
-                t = asyncio.create_task(self._answer(writer, msg))
+                t = asyncio.create_task(self._answer(writer, outbox, msg))
                 self._tasks.add(t)
                 t.add_done_callback(self._tasks.discard)
         finally:
             self._conns.discard(writer)
             writer.close()
 
-    async def _answer(self, writer: asyncio.StreamWriter, msg: Any) -> None:
+    async def _answer(self, writer: asyncio.StreamWriter, outbox: wire.Outbox, msg: Any) -> None:
         rid, method, args = msg
         try:
             value = await dispatch(self.engine, method, args)
@@ -305,7 +322,7 @@ class RouteServer:
         self.served += 1
         if writer.is_closing():
             return
-        writer.write(out)
+        outbox.write(out)
         if writer.transport.get_write_buffer_size() > 1 << 20:
             with contextlib.suppress(ConnectionError):
                 await writer.drain()

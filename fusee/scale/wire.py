@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import contextlib
 import struct
 from typing import Any
 
@@ -33,6 +34,31 @@ _decoder = msgspec.msgpack.Decoder()
 def frame(message: Any) -> bytes:
     body = _encoder.encode(message)
     return _LEN.pack(len(body)) + body
+
+
+class Outbox:
+    """Frames written to one stream, sent together once per loop turn: many calls (a fan-out's
+    starts, their replies) cost one ``send`` instead of one each."""
+
+    __slots__ = ("_frames", "_writer")
+
+    def __init__(self, writer: asyncio.StreamWriter) -> None:
+        self._writer = writer
+        self._frames: list[bytes] = []
+
+    def write(self, data: bytes) -> None:
+        """Queues ``data`` (raises what the stream raises when it is already closed)."""
+        if self._writer.is_closing():
+            raise ConnectionResetError("the routing connection is closed")
+        if not self._frames:
+            asyncio.get_running_loop().call_soon(self._send)
+        self._frames.append(data)
+
+    def _send(self) -> None:
+        frames, self._frames = self._frames, []
+        if frames and not self._writer.is_closing():
+            with contextlib.suppress(ConnectionError, OSError, RuntimeError):
+                self._writer.write(b"".join(frames))
 
 
 async def read_frame(reader: asyncio.StreamReader) -> Any:

@@ -1,6 +1,6 @@
 """One of several processes on one engine directory (a worker of a scaled-out app).
 
-Usage: python scale_app.py DIR NAME N [DSN]
+Usage: python scale_app.py DIR NAME N [DSN]   (FUSEE_TEST_PARTS=P: DIR is created with P parts)
 
 Opens DIR, or the PostgreSQL DSN when given (the first process owns it, the
 others follow; on PostgreSQL with a 1 s lease), starts N ``job``
@@ -46,7 +46,10 @@ async def job(ctx: fusee.Ctx, x: int) -> int:
 
 
 async def main() -> None:
-    if DSN is None:
+    parts = os.environ.get("FUSEE_TEST_PARTS")
+    if DSN is None and parts is not None:
+        engine = await fusee.Engine.open(DIR, workflows=[job], route_timeout=60, parts=int(parts))
+    elif DSN is None:
         engine = await fusee.Engine.open(DIR, workflows=[job], route_timeout=60)
     else:
         engine = await fusee.Engine.open(DSN, workflows=[job], route_timeout=60, lease_ttl=1, shards=4)

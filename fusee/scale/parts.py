@@ -1,0 +1,647 @@
+"""A parted directory: one engine's workflows split into parts, each held and run by one process.
+
+A directory created with ``Engine.open(path, parts=N)`` holds N parts. Each is
+an engine directory of its own (its log, checkpoint, ``flock`` lease and
+epoch), so no two processes ever write the same file. A workflow lives on the
+part its ID hashes to (:func:`part_of`). Every process that opens the
+directory becomes a *member* (an ``flock`` on a slot file while it is open)
+and holds the parts the members' order gives it (:func:`desired_holder`):
+part ``p`` goes to the ``p % members``-th live member. It runs only the
+workflows and steps of the parts it holds; for every other part it is a
+follower (:class:`fusee.scale.follower.Follower`) that routes calls to the
+part's holder and takes the part over when the holder dies and the part
+falls to it. A member that holds a part which now falls to another (one
+joined) closes it gracefully, one part at a time, and the other opens it.
+
+Layout::
+
+    <dir>/parts          {"format": 1, "parts": N}, written once at creation
+    <dir>/members/NNN    one slot per open process (its flock while open)
+    <dir>/part-NNN/      one engine directory per part
+
+Messages between runs on different parts (child starts and results, close
+policies, signals from workflow code) go through :class:`PartMail`: sent
+after the sender's record is durable, acknowledged once the receiver made
+what it journaled durable, sent again until then, and refused when the
+sender's part has a newer holder (its epoch is fenced).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import contextlib
+import errno
+import fcntl
+import hashlib
+import json
+import logging
+import os
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
+
+from fusee.engine.engine import Engine, RunHandle, RunSummary
+from fusee.engine.visibility import RunPage
+from fusee.errors import (
+    DirectoryLocked,
+    EngineClosed,
+    FencedSender,
+    FuseeError,
+    InvalidQuery,
+    NotAnEngineDirectory,
+    OutcomeUnknown,
+    OwnerUnreachable,
+    ShardCountMismatch,
+)
+from fusee.runtime.runtime import mail_target
+from fusee.scale.follower import Follower
+from fusee.scale.lease import DirectoryLease
+from fusee.scale.owner import HELD_HERE, dir_key, open_owner
+from fusee.scale.places import DirectoryPlace
+from fusee.scale.server import dispatch
+from fusee.storage.directory import read_epoch
+from fusee.storage.posix import PosixStorage
+
+logger = logging.getLogger("fusee.scale")
+
+#: ``<dir>/parts``: the part count, fixed when the directory is created.
+PARTS_FILE = "parts"
+MEMBERS_DIR = "members"
+#: The most parts, and the most processes open on one directory at once.
+MAX_PARTS = 256
+MAX_MEMBERS = 256
+#: How often a member looks whether a part it holds now falls to another (a process joined).
+REBALANCE_EVERY_S = 0.2
+#: How often a waiting follower looks whether its part fell to it.
+GATE_EVERY_S = 0.05
+
+
+def part_of(workflow_id: str, parts: int) -> int:
+    """The part a workflow ID lives on: a stable hash, independent of the shard hash inside a part."""
+    h = hashlib.blake2b(workflow_id.encode(), digest_size=8, person=b"fusee-part").digest()
+    return int.from_bytes(h, "little") % parts
+
+
+def part_path(root: str, part: int) -> str:
+    return f"{root}/part-{part:03d}"
+
+
+def read_parts(root: str) -> int | None:
+    """The part count of a parted directory ``root`` (None: not a parted directory)."""
+    try:
+        with open(f"{root}/{PARTS_FILE}", "rb") as f:
+            data = json.loads(f.read(4096))
+    except (FileNotFoundError, NotADirectoryError):
+        return None  # not parted (or not a directory at all: the plain open says so)
+    except (OSError, ValueError) as e:
+        raise NotAnEngineDirectory(f"{root}/{PARTS_FILE} cannot be read ({e}): is this a Fusee directory?") from e
+    n = data.get("parts") if isinstance(data, dict) else None
+    if data.get("format") != 1 or not isinstance(n, int) or not 1 <= n <= MAX_PARTS:
+        raise NotAnEngineDirectory(f"{root}/{PARTS_FILE} is not a parts file Fusee wrote: {data!r}")
+    return n
+
+
+def create_parts(root: str, parts: int) -> int:
+    """Makes ``root`` a parted directory of ``parts`` parts, or returns the count it already has.
+
+    The parts file is written once, atomically and durably (temp file, fsync, link); two
+    processes creating it at once agree on the first one's count."""
+    if not isinstance(parts, int) or isinstance(parts, bool) or not 1 <= parts <= MAX_PARTS:
+        raise ValueError(f"parts must be an int from 1 to {MAX_PARTS}, not {parts!r}")
+    existing = read_parts(root)
+    if existing is not None:
+        return existing
+    os.makedirs(root, exist_ok=True)
+    # Another process creating it at the same moment leaves only these.
+    entries = {e for e in os.listdir(root) if e not in (MEMBERS_DIR, PARTS_FILE)
+               and not e.startswith(f"{PARTS_FILE}.tmp")}
+    if entries:
+        raise NotAnEngineDirectory(
+            f"{root} already holds files an engine without parts wrote, or other files ({sorted(entries)[:3]}): "
+            "parts= applies when a directory is created; open it without parts=, or use a new directory")
+    tmp = f"{root}/{PARTS_FILE}.tmp{os.getpid()}"
+    with open(tmp, "wb") as f:
+        f.write(json.dumps({"format": 1, "parts": parts}).encode())
+        f.flush()
+        os.fsync(f.fileno())
+    try:
+        os.link(tmp, f"{root}/{PARTS_FILE}")  # fails if another process created it first
+    except FileExistsError:
+        pass
+    finally:
+        os.unlink(tmp)
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    n = read_parts(root)
+    assert n is not None
+    return n
+
+
+class Membership:
+    """This process's slot among the processes that have a parted directory open.
+
+    A slot is an ``flock`` on ``<dir>/members/NNN``: the kernel drops it when the process dies,
+    so the live members are the slots locked now. Reached through the members directory's
+    descriptor, not by path."""
+
+    def __init__(self, root: str) -> None:
+        os.makedirs(f"{root}/{MEMBERS_DIR}", exist_ok=True)
+        self._dir = os.open(f"{root}/{MEMBERS_DIR}", os.O_RDONLY | os.O_DIRECTORY)
+        self._fd: int | None = None
+        self._mutex = threading.Lock()
+        self.slot = -1
+        for slot in range(MAX_MEMBERS):
+            fd = os.open(f"{slot:03d}", os.O_RDWR | os.O_CREAT, 0o600, dir_fd=self._dir)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as e:
+                os.close(fd)
+                if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+                    continue
+                raise
+            self._fd, self.slot = fd, slot
+            break
+        if self._fd is None:
+            os.close(self._dir)
+            raise DirectoryLocked(root, None)
+
+    def live(self) -> list[int]:
+        """The slots of the processes that have the directory open now, this one among them.
+
+        Raises ``OSError`` once released. Callers on several threads take turns: a listing
+        through a descriptor shares its offset."""
+        with self._mutex:
+            if self._fd is None:
+                raise OSError(errno.EBADF, "the membership was released")
+            return self._live()
+
+    def _live(self) -> list[int]:
+        out = {self.slot}
+        for name in os.listdir(self._dir):
+            if not name.isdigit():
+                continue
+            slot = int(name)
+            if slot == self.slot:
+                continue
+            try:
+                fd = os.open(name, os.O_RDONLY, dir_fd=self._dir)
+            except FileNotFoundError:
+                continue
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                fcntl.flock(fd, fcntl.LOCK_UN)  # free: nobody holds that slot
+            except OSError:
+                out.add(slot)
+            finally:
+                os.close(fd)
+        return sorted(out)
+
+    def release(self) -> None:
+        with self._mutex:
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
+                os.close(self._dir)
+
+
+def desired_holder(part: int, live: list[int]) -> int:
+    """The member slot part ``part`` falls to among the ``live`` slots (sorted)."""
+    assert live, "a member always counts itself among the live ones"
+    return live[part % len(live)]
+
+
+class _GatedLease:
+    """A part's directory lease that a follower takes only once the part falls to its process."""
+
+    def __init__(self, path: str, gate: Callable[[], bool]) -> None:
+        self._lease = DirectoryLease(path)
+        self._gate = gate
+
+    @property
+    def epoch(self) -> int:
+        return self._lease.epoch
+
+    def wait_acquire(self, stop: threading.Event) -> bool:
+        while not stop.is_set():
+            try:
+                if self._gate() and self._lease.try_acquire():
+                    return True
+            except OSError as e:
+                logger.warning("waiting for %s: %s", self._lease.path, e)
+            stop.wait(GATE_EVERY_S)
+        return False
+
+    def handover(self) -> int:
+        return self._lease.handover()
+
+    def release(self) -> None:
+        self._lease.release()
+
+
+class PartPlace(DirectoryPlace):
+    """A part's directory, as its followers see it: takeover waits for the part to fall to them."""
+
+    def __init__(self, path: str, gate: Callable[[], bool]) -> None:
+        super().__init__(path)
+        self._gate = gate
+
+    def new_lease(self) -> Any:
+        return _GatedLease(self.target, self._gate)
+
+
+class PartMail:
+    """The mail of one part's runtime: messages for runs on other parts, carried to their holders."""
+
+    def __init__(self, parted: PartedEngine, part: int) -> None:
+        self._parted = parted
+        self.part = part
+
+    def elsewhere(self, workflow_id: str) -> bool:
+        return part_of(workflow_id, self._parted.parts) != self.part
+
+    async def send(self, kind: str, args: tuple[Any, ...]) -> None:
+        parted = self._parted
+        target = part_of(mail_target(kind, args), parted.parts)
+        data = msgspec.msgpack.encode(args)
+        epoch = parted.part_epoch(self.part)
+        delay = 0.005
+        while not parted.closed:
+            try:
+                await parted.relay(target, [kind, data, self.part, epoch])
+                return
+            except FencedSender as e:
+                logger.warning("part %d: %s", self.part, e)
+                return
+            except (EngineClosed, OwnerUnreachable, OutcomeUnknown, OSError) as e:
+                # The receiver's holder is changing (a takeover or a handoff): try again.
+                logger.debug("part %d: message to part %d waits (%s)", self.part, target, e)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.5)
+
+    def fenced(self, part: int, epoch: int) -> bool:
+        """Whether a sender of part ``part`` under ``epoch`` has been replaced by a newer holder."""
+        return read_epoch(PosixStorage(), part_path(self._parted.root, part)) > epoch
+
+
+class PartedEngine(Engine):
+    """An engine on a parted directory: holds some of its parts, routes to the others' holders.
+
+    Made by :meth:`fusee.Engine.open` on a directory created with ``parts=N`` (see
+    docs/scale-out.md#parts). Every call keeps its meaning; calls for a workflow go to the
+    holder of its part, reads ask every part.
+    """
+
+    root: str
+    parts: int
+    closed: bool
+    _slots: list[Engine]
+    _member: Membership
+    _options: dict[str, Any]
+    _route_timeout: float
+    _floop: asyncio.AbstractEventLoop
+    _rebalancer: asyncio.Task[None] | None
+    _moving: asyncio.Lock
+    #: Parts being handed over now: set once the part's next engine (a follower) is in place.
+    _moved: dict[int, asyncio.Event]
+
+    @classmethod
+    async def open_parted(cls, root: str, parts: int | None, options: dict[str, Any],
+                          route_timeout: float, *, exclusive: bool = False) -> PartedEngine:
+        """The engine of this process on the parted directory ``root`` (created with ``parts``
+        parts if it is new). ``exclusive``: :class:`fusee.errors.DirectoryLocked` if another
+        process has it open."""
+        loop = asyncio.get_running_loop()
+        if parts is None:
+            found = await loop.run_in_executor(None, read_parts, root)
+            if found is None:
+                raise NotAnEngineDirectory(f"{root} is not a parted engine directory")
+            count = found
+        else:
+            count = await loop.run_in_executor(None, create_parts, root, parts)
+            if count != parts:
+                raise ShardCountMismatch(f"{root} was created with {count} parts, not {parts}: "
+                                         "the part count is fixed when the directory is created")
+        self = object.__new__(cls)
+        self._pid = os.getpid()
+        self.root = root
+        self.parts = count
+        self.closed = self._closed = False
+        self._read_only = False
+        self._route_server = None
+        self._on_release = []
+        self._telemetry = None
+        self._options = options
+        self._route_timeout = route_timeout
+        self._floop = loop
+        self._rebalancer = None
+        self._moving = asyncio.Lock()
+        self._moved = {}
+        self._member = await loop.run_in_executor(None, Membership, root)
+        self._slots = []
+        key = dir_key(root)
+        try:
+            live = self._member.live()
+            if exclusive and len(live) > 1:
+                raise DirectoryLocked(root, None)
+            for p in range(count):
+                self._slots.append(await self._open_part(p, desired_holder(p, live) == self._member.slot))
+        except BaseException:
+            for s in self._slots:
+                with contextlib.suppress(Exception):
+                    await s.close()
+            self._member.release()
+            raise
+        if key is not None:
+            HELD_HERE.add(key)
+            self._on_release.append(lambda: HELD_HERE.discard(key))
+        self._rebalancer = loop.create_task(self._rebalance())
+        return self
+
+    def _part_options(self, part: int) -> dict[str, Any]:
+        return {**self._options, "_mail": PartMail(self, part)}
+
+    def _falls_here(self, part: int) -> bool:
+        """Whether part ``part`` falls to this process now (called on a lease's waiting thread too)."""
+        try:
+            live = self._member.live()
+        except OSError:
+            return False
+        return not self.closed and desired_holder(part, live) == self._member.slot
+
+    async def _open_part(self, part: int, hold: bool) -> Engine:
+        path = part_path(self.root, part)
+        opts = self._part_options(part)
+        if hold:
+            try:
+                return await open_owner(Engine, path, {k: v for k, v in opts.items() if k != "read_only"},
+                                        claim=False)
+            except DirectoryLocked:
+                pass  # another member still holds it: it hands it over when it sees us
+        os.makedirs(path, exist_ok=True)
+        return await Follower.follow(PartPlace(path, lambda: self._falls_here(part)),
+                                     {k: v for k, v in opts.items() if k != "read_only"},
+                                     self._route_timeout)
+
+    async def _rebalance(self) -> None:
+        """Hands over, one at a time, the parts this process holds that fall to another member now."""
+        while not self.closed:
+            await asyncio.sleep(REBALANCE_EVERY_S)
+            try:
+                live = await self._floop.run_in_executor(None, self._member.live)
+            except OSError:
+                continue
+            for p, slot in enumerate(self._slots):
+                if slot.is_owner and desired_holder(p, live) != self._member.slot:
+                    await self._hand_over(p)
+                    break
+
+    async def _hand_over(self, part: int) -> None:
+        async with self._moving:
+            if self.closed:
+                return
+            old = self._slots[part]
+            logger.info("part %d of %s falls to another process: handing it over", part, self.root)
+            moved = self._moved[part] = asyncio.Event()
+            try:
+                await old.close()
+                self._slots[part] = await self._open_part(part, False)
+            finally:
+                del self._moved[part]
+                moved.set()
+
+    # --- routing ----------------------------------------------------------------------
+
+    def part_epoch(self, part: int) -> int:
+        """The epoch of part ``part``'s holder as its directory says."""
+        return read_epoch(PosixStorage(), part_path(self.root, part))
+
+    async def relay(self, part: int, args: list[Any]) -> None:
+        """Delivers a message to part ``part``'s runtime (here or at its holder)."""
+        slot = self._slots[part]
+        if isinstance(slot, Follower):
+            await slot._route("relay", args, safe=True)
+        else:
+            await dispatch(slot, "relay", args)
+
+    def _slot(self, workflow_id: str) -> Engine:
+        self._check_open()
+        return self._slots[part_of(self._check_id(workflow_id), self.parts)]
+
+    def _check_open(self) -> None:
+        self._check_process()
+        if self.closed:
+            raise EngineClosed("the engine is closed: open it again to continue")
+
+    async def _on_part(self, workflow_id: str, name: str, *args: Any, **kwargs: Any) -> Any:
+        """``name(*args, **kwargs)`` on the engine of ``workflow_id``'s part; again on its new engine
+        when the part was handed over meanwhile."""
+        part = part_of(self._check_id(workflow_id), self.parts)
+        while True:
+            self._check_open()
+            slot = self._slots[part]
+            try:
+                return await getattr(slot, name)(*args, **kwargs)
+            except EngineClosed:
+                moved = self._moved.get(part)
+                if moved is not None:
+                    await moved.wait()  # the part is being handed over: ask its next engine
+                elif self.closed or self._slots[part] is slot:
+                    raise
+
+    def _rebind(self, handle: RunHandle[Any]) -> RunHandle[Any]:
+        return RunHandle(self, handle.workflow_id, handle.run_id)
+
+    async def start(self, workflow: Any, workflow_id: str, input: Any = None, **kwargs: Any) -> Any:
+        return self._rebind(await self._on_part(workflow_id, "start", workflow, workflow_id, input, **kwargs))
+
+    async def execute(self, workflow: Any, workflow_id: str, input: Any = None, **kwargs: Any) -> Any:
+        return await self._on_part(workflow_id, "execute", workflow, workflow_id, input, **kwargs)
+
+    def get(self, workflow_id: str) -> RunHandle[Any]:
+        return self._rebind(self._slot(workflow_id).get(workflow_id))
+
+    async def _result(self, workflow_id: str) -> Any:
+        return await self._on_part(workflow_id, "_result", workflow_id)
+
+    async def signal(self, workflow_id: str, *args: Any, **kwargs: Any) -> Any:
+        return await self._on_part(workflow_id, "signal", workflow_id, *args, **kwargs)
+
+    async def query(self, workflow_id: str, *args: Any, **kwargs: Any) -> Any:
+        return await self._on_part(workflow_id, "query", workflow_id, *args, **kwargs)
+
+    async def update(self, workflow_id: str, *args: Any, **kwargs: Any) -> Any:
+        return await self._on_part(workflow_id, "update", workflow_id, *args, **kwargs)
+
+    async def update_with_start(self, workflow: Any, workflow_id: str, *args: Any, **kwargs: Any) -> Any:
+        return await self._on_part(workflow_id, "update_with_start", workflow, workflow_id, *args, **kwargs)
+
+    async def cancel(self, workflow_id: str, *args: Any, **kwargs: Any) -> None:
+        await self._on_part(workflow_id, "cancel", workflow_id, *args, **kwargs)
+
+    async def terminate(self, workflow_id: str, *args: Any, **kwargs: Any) -> None:
+        await self._on_part(workflow_id, "terminate", workflow_id, *args, **kwargs)
+
+    async def resume(self, workflow_id: str, *args: Any, **kwargs: Any) -> None:
+        await self._on_part(workflow_id, "resume", workflow_id, *args, **kwargs)
+
+    async def journal(self, workflow_id: str) -> Any:
+        return await self._on_part(workflow_id, "journal", workflow_id)
+
+    async def read_stream(self, workflow_id: str, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+        return await self._on_part(workflow_id, "read_stream", workflow_id, *args, **kwargs)
+
+    async def export(self, workflow_id: str, path: Any) -> int:
+        return await self._on_part(workflow_id, "export", workflow_id, path)  # type: ignore[no-any-return]
+
+    async def complete(self, token: str, value: Any = None, *, by: str | None = None) -> bool:
+        from fusee.runtime.tokens import parse_token
+
+        wid = parse_token(token)[0]
+        return await self._on_part(wid, "complete", token, value, by=by)  # type: ignore[no-any-return]
+
+    async def fail_completion(self, token: str, message: str = "", *, by: str | None = None) -> bool:
+        from fusee.runtime.tokens import parse_token
+
+        wid = parse_token(token)[0]
+        return await self._on_part(wid, "fail_completion", token, message, by=by)  # type: ignore[no-any-return]
+
+    async def checkpoint(self) -> None:
+        self._check_open()
+        for slot in self._slots:
+            await slot.checkpoint()
+
+    async def refresh(self) -> None:
+        """Reads again the parts other processes hold (see :meth:`fusee.scale.follower.Follower.refresh`)."""
+        self._check_open()
+        for slot in self._slots:
+            if isinstance(slot, Follower) and not slot.is_owner:
+                await slot.refresh()
+
+    # --- reads across parts -----------------------------------------------------------
+
+    def describe(self, workflow_id: str) -> RunSummary:
+        return self._slot(workflow_id).describe(workflow_id)
+
+    def runs(self) -> list[RunSummary]:
+        self._check_open()
+        return [r for slot in self._slots for r in slot.runs()]
+
+    def list(self, where: str | None = None, limit: int = 100, cursor: str | None = None, *,
+             order: str = "oldest") -> RunPage:
+        """See :meth:`fusee.Engine.list`; across parts the runs come part by part (each part in
+        its own order), and a query's ``order by`` is refused (:class:`fusee.InvalidQuery`)."""
+        self._check_open()
+        if where is not None and "order by" in " ".join(where.lower().split()):
+            raise InvalidQuery("'order by' is not supported yet on a directory with several parts: "
+                               "list without it, and sort the runs yourself", where, 0)
+        part, inner = 0, None
+        if cursor is not None:
+            try:
+                head, _, rest = cursor.partition(":")
+                if not head.startswith("p"):
+                    raise ValueError(cursor)
+                part, inner = int(head[1:]), (rest or None)
+            except ValueError:
+                raise InvalidQuery("not a cursor of Engine.list: pass page.cursor as it was returned",
+                                   str(cursor), 0) from None
+        items: builtins.list[RunSummary] = []
+        while part < self.parts:
+            page = self._slots[part].list(where, limit - len(items), inner, order=order)
+            items.extend(page.items)
+            if page.cursor is not None:
+                return RunPage(items, f"p{part}:{page.cursor}")
+            part, inner = part + 1, None
+            if len(items) >= limit:
+                return RunPage(items, f"p{part}:" if part < self.parts else None)
+        return RunPage(items, None)
+
+    def counts(self, where: str | None = None) -> dict[str, int]:
+        self._check_open()
+        out: dict[str, int] = {}
+        for slot in self._slots:
+            for k, v in slot.counts(where).items():
+                out[k] = out.get(k, 0) + v
+        return out
+
+    def stuck(self) -> dict[str, str]:
+        self._check_open()
+        out: dict[str, str] = {}
+        for slot in self._slots:
+            out.update(slot.stuck())
+        return out
+
+    @property
+    def is_owner(self) -> bool:
+        """Whether this process holds at least one part."""
+        return any(s.is_owner for s in self._slots)
+
+    @property
+    def held_parts(self) -> builtins.list[int]:
+        """The parts this process holds (runs the workflows of) now."""
+        return [p for p, s in enumerate(self._slots) if s.is_owner]
+
+    @property
+    def epoch(self) -> int:
+        """The largest epoch among the parts this process holds (0: it holds none); each part has
+        its own (:meth:`part_epoch`)."""
+        return max((s.epoch for s in self._slots if s.is_owner), default=0)
+
+    @property
+    def failure(self) -> BaseException | None:
+        """The I/O error that failed the log of a part this process holds, or None."""
+        for s in self._slots:
+            if s.is_owner and s.failure is not None:
+                return s.failure
+        return None
+
+    @property
+    def live(self) -> bool:
+        return False
+
+    @property
+    def _rt(self) -> Any:  # type: ignore[override]
+        # The calls that reach here are the ones not routed by part yet: say so instead of
+        # failing on a missing attribute.
+        raise FuseeError("this call is not supported yet on a directory with several parts "
+                         "(see docs/scale-out.md#parts for what is)")
+
+    _log = _committer = _rt
+
+    @property
+    def stats(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for s in self._slots:
+            if s.is_owner:
+                for k, v in s.stats.items():
+                    out[k] = out.get(k, 0) + v
+        return out
+
+    async def close(self, grace: Any = 10.0) -> None:
+        """Closes every part this process holds (gracefully, as :meth:`fusee.Engine.close`) and
+        stops following the others; the other members take the parts it held over."""
+        self._check_process()
+        if self.closed:
+            return
+        self.closed = self._closed = True
+        if self._rebalancer is not None:
+            self._rebalancer.cancel()
+            with contextlib.suppress(BaseException):
+                await self._rebalancer
+        async with self._moving:
+            for slot in self._slots:
+                try:
+                    await slot.close(grace)
+                except Exception as e:
+                    logger.error("closing a part of %s: %s", self.root, e)
+        self._member.release()
+        for released in self._on_release:
+            released()
+
+    def __repr__(self) -> str:
+        return f"<fusee engine on {self.root} ({self.parts} parts, holding {self.held_parts})>"

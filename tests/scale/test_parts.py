@@ -1,0 +1,214 @@
+"""A parted directory: parts held by several processes, messages between parts, takeover."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import fusee
+from fusee.errors import DirectoryLocked, InvalidQuery, NotAnEngineDirectory, ShardCountMismatch
+from fusee.scale.parts import PartedEngine, part_of, read_parts
+from fusee.storage.directory import read_epoch
+from fusee.storage.posix import PosixStorage
+from tests.helpers import finish, ledger
+from tests.scale.test_directory_scale import APP, _job, spawn, until
+
+KIDS: dict[str, int] = {}
+
+
+@fusee.workflow("kid")
+async def kid(ctx: fusee.Ctx, n: int) -> int:
+    def effect() -> int:
+        KIDS[ctx.workflow_id] = KIDS.get(ctx.workflow_id, 0) + 1
+        return n * 2
+
+    return await ctx.step("double", effect)
+
+
+@fusee.workflow("parent")
+async def parent(ctx: fusee.Ctx, n: int) -> int:
+    results = await asyncio.gather(*(ctx.child(kid, f"{ctx.workflow_id}-kid-{i}", i) for i in range(n)))
+    await ctx.signal_workflow(f"{ctx.workflow_id}-sink", got, sum(results))
+    return sum(results)
+
+
+got = fusee.signal("got", int)
+
+
+@fusee.workflow("sink")
+async def sink(ctx: fusee.Ctx) -> int:
+    return await ctx.wait_for(got)
+
+
+def test_part_of_is_stable_and_spreads() -> None:
+    assert part_of("order-1", 4) == part_of("order-1", 4)
+    counts = [0] * 4
+    for i in range(4000):
+        counts[part_of(f"w-{i}", 4)] += 1
+    assert min(counts) > 800, counts
+
+
+def test_children_and_signals_cross_parts_and_survive_a_reopen(tmp_path: Path) -> None:
+    d = tmp_path / "data"
+    KIDS.clear()
+
+    async def first() -> None:
+        async with fusee.Engine.open(d, parts=3, workflows=[kid, parent, sink]) as eng:
+            assert isinstance(eng, PartedEngine) and eng.held_parts == [0, 1, 2]
+            await eng.start(sink, "p-sink")
+            assert await eng.execute(parent, "p", 30) == sum(2 * i for i in range(30))
+            assert await eng.get("p-sink").result() == sum(2 * i for i in range(30))
+            homes = {part_of(f"p-kid-{i}", 3) for i in range(30)}
+            assert homes == {0, 1, 2}, "the children should land on every part"
+            assert eng.counts()["ok"] == 32
+
+    asyncio.run(first())
+    assert len(KIDS) == 30 and set(KIDS.values()) == {1}, "every child ran its step once"
+    assert read_parts(str(d)) == 3
+
+    async def again() -> None:
+        async with fusee.Engine.open(d, workflows=[kid, parent, sink]) as eng:  # parts come from the directory
+            assert await eng.get("p").result() == sum(2 * i for i in range(30))
+            assert await eng.get("p-kid-7").result() == 14
+            assert len(eng.runs()) == 32
+            # A listing goes part by part, a page at most `limit` long, every run once.
+            seen: list[str] = []
+            page = eng.list(limit=7)
+            while True:
+                assert len(page.items) <= 7
+                seen += [r.workflow_id for r in page.items]
+                if page.cursor is None:
+                    break
+                page = eng.list(limit=7, cursor=page.cursor)
+            assert sorted(seen) == sorted(r.workflow_id for r in eng.runs())
+            with pytest.raises(InvalidQuery):
+                eng.list("workflow = 'kid' order by started_at desc")
+
+    asyncio.run(again())
+    assert len(KIDS) == 30 and set(KIDS.values()) == {1}, "nothing ran again after the reopen"
+
+
+def test_bad_parts_arguments_are_refused_and_change_nothing(tmp_path: Path) -> None:
+    plain = tmp_path / "plain"
+
+    async def main() -> None:
+        async with fusee.Engine.open(plain, workflows=[kid]) as eng:
+            await eng.execute(kid, "k", 1)
+        with pytest.raises(NotAnEngineDirectory):
+            await fusee.Engine.open(plain, parts=2, workflows=[kid])
+        async with fusee.Engine.open(plain, workflows=[kid]) as eng:  # still the plain engine
+            assert await eng.get("k").result() == 2
+        parted = tmp_path / "parted"
+        async with fusee.Engine.open(parted, parts=2, workflows=[kid]):
+            pass
+        with pytest.raises(ShardCountMismatch):
+            await fusee.Engine.open(parted, parts=3, workflows=[kid])
+        for bad in (0, -1, 257, True, "2"):
+            with pytest.raises(ValueError):
+                await fusee.Engine.open(tmp_path / f"bad{bad!s}", parts=bad, workflows=[kid])  # type: ignore[arg-type]
+        with pytest.raises(ValueError):
+            await fusee.Engine.open(None, parts=2, workflows=[kid])
+        async with fusee.Engine.open(parted, workflows=[kid]):
+            with pytest.raises(DirectoryLocked):  # one open per process, as for any directory
+                await fusee.Engine.open(parted, workflows=[kid])
+
+    asyncio.run(main())
+
+
+HOLDER = textwrap.dedent("""
+    import asyncio, json, os, sys
+    import fusee
+    from tests.scale.test_parts import kid, parent, sink
+
+    async def main():
+        d = sys.argv[1]
+        async with fusee.Engine.open(d, parts=2, workflows=[kid, parent, sink], route_timeout=60) as eng:
+            print(json.dumps({"opened": os.getpid()}), flush=True)
+            while not os.path.exists(os.path.join(d, "release")):
+                print(json.dumps({"held": eng.held_parts}), flush=True)
+                await asyncio.sleep(0.05)
+
+    asyncio.run(main())
+""")
+
+
+def test_a_second_process_takes_its_share_and_children_cross_to_it(tmp_path: Path) -> None:
+    d = tmp_path / "data"
+    holder = spawn("-c", HOLDER, str(d))
+    assert holder.stdout is not None
+    assert "opened" in json.loads(holder.stdout.readline())
+
+    async def main() -> None:
+        async with fusee.Engine.open(d, workflows=[kid, parent, sink], route_timeout=60) as eng:
+            assert isinstance(eng, PartedEngine)
+            deadline = asyncio.get_running_loop().time() + 60
+            while len(eng.held_parts) != 1:  # the other process hands one part over
+                assert asyncio.get_running_loop().time() < deadline, "no part was handed over"
+                await asyncio.sleep(0.02)
+            mine = eng.held_parts[0]
+            ids = [f"x{i}" for i in range(200)]
+            theirs = next(w for w in ids if part_of(w, 2) != mine)  # a parent on the other process
+            await eng.start(sink, f"{theirs}-sink")
+            assert await eng.execute(parent, theirs, 40) == sum(2 * i for i in range(40))
+            assert await eng.get(f"{theirs}-sink").result() == sum(2 * i for i in range(40))
+            kids_here = [i for i in range(40) if part_of(f"{theirs}-kid-{i}", 2) == mine]
+            assert kids_here, "some children should run in this process"
+            assert all(KIDS.get(f"{theirs}-kid-{i}") == 1 for i in kids_here)
+            for i in range(40):  # each child started once, wherever it ran
+                journal = await eng.journal(f"{theirs}-kid-{i}")
+                assert sum(type(r).__name__ == "Start" for r in journal) == 1
+        (d / "release").touch()
+
+    try:
+        asyncio.run(main())
+        finish(holder)
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+
+
+@pytest.mark.parametrize("parts", [3])
+def test_three_holders_sigkill_one_mid_load(tmp_path: Path, parts: int, monkeypatch: Any) -> None:
+    monkeypatch.setenv("FUSEE_TEST_PARTS", str(parts))
+    d = tmp_path / "data"
+    procs = [spawn(str(APP), str(d), name, "300") for name in ("a", "b", "c")]
+    until(lambda: len({line.split()[0].split("-")[0] for line in ledger(d)}) == 3
+          and len(ledger(d)) >= 300, procs)
+    victim = procs[0]
+    assert len(ledger(d)) < 3 * 3 * 300, "the load ended before the kill: give it more work"
+    epochs = [read_epoch(PosixStorage(), f"{d}/part-{p:03d}") for p in range(parts)]
+    victim.send_signal(signal.SIGKILL)
+    (d / "release").touch()
+    out, _ = victim.communicate(timeout=60)
+    killed_acks = [json.loads(x)["acked"] for x in out.splitlines() if '"acked"' in x]
+    results: dict[str, int] = {}
+    for p in procs[1:]:
+        lines = finish(p, timeout=180)
+        acked = {x["acked"] for x in lines if "acked" in x}
+        done = {x["done"]: x["result"] for x in lines if "done" in x}
+        assert acked == set(done), "a start acknowledged through a survivor did not complete"
+        results.update(done)
+    after = [read_epoch(PosixStorage(), f"{d}/part-{p:03d}") for p in range(parts)]
+    assert any(b > a for a, b in zip(epochs, after, strict=True)), "no part changed holder"
+
+    async def rest() -> None:
+        async with fusee.Engine.open(d, workflows=[_job()], exclusive=True) as engine:
+            for wid in killed_acks:
+                results[wid] = await engine.get(wid).result()
+
+    asyncio.run(rest())
+    for wid, value in results.items():
+        x = int(wid.split("-")[1])
+        assert value == 3 * x + 3, (wid, value)
+    seen: dict[str, int] = {}
+    for line in ledger(d):
+        wid, k = line.split()
+        assert int(k) >= seen.get(wid, 0), f"{wid}: step s{seen[wid]} ran after s{k} began again"
+        seen[wid] = int(k)
+    assert all(seen.get(w) == 2 for w in results)
