@@ -464,7 +464,15 @@ class PartedEngine(Engine):
         return await self._on_part(workflow_id, "execute", workflow, workflow_id, input, **kwargs)
 
     def get(self, workflow_id: str) -> RunHandle[Any]:
-        return self._rebind(self._slot(workflow_id).get(workflow_id))
+        """See :meth:`fusee.Engine.get`. While the run's part changes hands the ID is not checked
+        (as on a follower): the handle's calls wait for the part's next holder."""
+        slot = self._slot(workflow_id)
+        try:
+            return self._rebind(slot.get(workflow_id))
+        except EngineClosed:
+            if self.closed:
+                raise
+            return RunHandle(self, workflow_id, 0)
 
     async def _result(self, workflow_id: str) -> Any:
         return await self._on_part(workflow_id, "_result", workflow_id)
