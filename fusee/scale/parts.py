@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import builtins
 import contextlib
+import dataclasses
 import errno
 import fcntl
 import hashlib
@@ -44,7 +45,7 @@ from typing import Any
 import msgspec
 
 from fusee.engine.engine import Engine, RunHandle, RunSummary
-from fusee.engine.visibility import RunPage
+from fusee.engine.visibility import Metrics, RunPage, ShardMetrics
 from fusee.errors import (
     DirectoryLocked,
     EngineClosed,
@@ -576,6 +577,38 @@ class PartedEngine(Engine):
             for k, v in slot.counts(where).items():
                 out[k] = out.get(k, 0) + v
         return out
+
+    def metrics(self) -> Metrics:
+        """See :meth:`fusee.Engine.metrics`, over every part: ``shards`` lists each part's shards in
+        part order, numbered on (part ``p``'s shard ``s`` is ``p * k + s``, ``k`` shards per part);
+        run counts are every part's. Step, flush, timer and memory figures are those of the parts
+        this process holds (the others' are their holders' own); flush p50 and p99 are the largest
+        among them. No backup status (backup is not supported on parts yet)."""
+        self._check_open()
+        each = [slot.metrics() for slot in self._slots]
+        shards: builtins.list[ShardMetrics] = []
+        for m in each:
+            shards.extend(dataclasses.replace(sm, shard=len(shards)) for sm in m.shards)
+        held = [m for m, slot in zip(each, self._slots, strict=True) if slot.is_owner]
+        stats: dict[str, int] = {}
+        for m in held:
+            for k, v in m.stats.items():
+                stats[k] = stats.get(k, 0) + v
+        budgets = [m.memory_budget for m in held if m.memory_budget is not None]
+
+        def total(field: str) -> int:
+            return sum(getattr(m, field) for m in held)
+
+        return Metrics(
+            shards=tuple(shards), steps_run=total("steps_run"), steps_executing=total("steps_executing"),
+            steps_gated=total("steps_gated"), timers_pending=total("timers_pending"),
+            flushes=total("flushes"), inline_flushes=total("inline_flushes"),
+            records_flushed=total("records_flushed"), records_pending=total("records_pending"),
+            flush_p50_ms=max((m.flush_p50_ms for m in held), default=0.0),
+            flush_p99_ms=max((m.flush_p99_ms for m in held), default=0.0),
+            indexed=sum(m.indexed for m in each), stats=stats, loaded_bytes=total("loaded_bytes"),
+            memory_budget=sum(budgets) if budgets else None, runs_to_load=total("runs_to_load"),
+            backup=None)
 
     def stuck(self) -> dict[str, str]:
         self._check_open()

@@ -68,6 +68,11 @@ def test_children_and_signals_cross_parts_and_survive_a_reopen(tmp_path: Path) -
             homes = {part_of(f"p-kid-{i}", 3) for i in range(30)}
             assert homes == {0, 1, 2}, "the children should land on every part"
             assert eng.counts()["ok"] == 32
+            m = eng.metrics()  # every part's shards, numbered on; counts and steps of all three
+            assert [sm.shard for sm in m.shards] == list(range(len(m.shards)))
+            assert len(m.shards) == 3 * len(eng._slots[0].metrics().shards)
+            assert sum(sm.runs.get("ok", 0) for sm in m.shards) == 32
+            assert m.steps_run == 30 and m.flushes >= 3 and m.flush_p99_ms >= m.flush_p50_ms > 0
 
     asyncio.run(first())
     assert len(KIDS) == 30 and set(KIDS.values()) == {1}, "every child ran its step once"
@@ -164,6 +169,14 @@ def test_a_second_process_takes_its_share_and_children_cross_to_it(tmp_path: Pat
             for i in range(40):  # each child started once, wherever it ran
                 journal = await eng.journal(f"{theirs}-kid-{i}")
                 assert sum(type(r).__name__ == "Start" for r in journal) == 1
+            # Metrics count the runs of both parts (the other's as its last view read from disk,
+            # at most VIEW_TTL old), and the steps of the part held here only.
+            m = eng.metrics()
+            while sum(sum(sm.runs.values()) for sm in m.shards) != 42:
+                assert asyncio.get_running_loop().time() < deadline, m
+                await asyncio.sleep(0.05)
+                m = eng.metrics()
+            assert m.steps_run == len(kids_here)
         (d / "release").touch()
 
     try:
