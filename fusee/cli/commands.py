@@ -855,6 +855,21 @@ def serve(factory: str, host: str, port: int, token: str | None, tokens_file: st
                     max_body=DEFAULT_MAX_BODY if max_body is None else max_body))
 
 
+@cli.command()
+@click.argument("factory", metavar="MODULE:FACTORY")
+@click.option("-n", "--workers", "count", type=click.IntRange(1), default=os.cpu_count() or 1,
+              show_default="the number of CPUs", help="How many worker processes.")
+def workers(factory: str, count: int) -> None:
+    """Run COUNT processes that each open the engine MODULE:FACTORY returns and hold it open
+    (on a directory created with parts=, each runs a share of the parts): throughput from every
+    core. Restarts a worker that dies; SIGTERM or Ctrl-C closes them all gracefully."""
+    from fusee.cli.workers import supervise
+
+    code = supervise(factory, count)
+    if code:
+        sys.exit(code)
+
+
 @cli.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True,
                                "help_option_names": []})
 @click.argument("args", nargs=-1, type=click.UNPROCESSED)

@@ -1,0 +1,107 @@
+"""`fusee workers`: N real worker processes on a parted directory, supervised."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import fusee
+from fusee.scale.parts import PartedEngine
+
+APP = textwrap.dedent("""
+    import os
+    import fusee
+
+    @fusee.workflow("wk-double")
+    async def double(ctx: fusee.Ctx, n: int) -> list:
+        v = await ctx.step("double", lambda: n * 2)
+        return [v, os.getpid()]
+
+    def make_engine():
+        return fusee.Engine.open(os.path.join(os.path.dirname(__file__), "data"), parts=4,
+                                 workflows=[double], route_timeout=60)
+""")
+
+
+class _Lines:
+    """The supervisor's stderr, read on a thread so that the test can wait for a line."""
+
+    def __init__(self, proc: subprocess.Popen[str]) -> None:
+        self.lines: list[str] = []
+        self.proc = proc
+        assert proc.stderr is not None
+        stream = proc.stderr
+        threading.Thread(target=lambda: self.lines.extend(iter(stream.readline, "")), daemon=True).start()
+
+    def wait(self, pattern: str, count: int = 1, timeout: float = 60) -> list[re.Match[str]]:
+        deadline = time.monotonic() + timeout
+        while True:
+            found = [m for line in list(self.lines) if (m := re.search(pattern, line))]
+            if len(found) >= count:
+                return found
+            assert time.monotonic() < deadline and self.proc.poll() is None, \
+                f"no {count} lines matching {pattern!r} in {self.lines}"
+            time.sleep(0.02)
+
+
+def _workers(tmp_path: Path, *args: str) -> subprocess.Popen[str]:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(__file__).parents[2]), str(tmp_path)]))
+    return subprocess.Popen([sys.executable, "-m", "fusee.cli", "workers", *args], cwd=tmp_path, env=env,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def test_workers_share_the_parts_restart_a_killed_one_and_stop_on_sigterm(tmp_path: Path) -> None:
+    (tmp_path / "wkapp.py").write_text(APP)
+    sup = _workers(tmp_path, "wkapp:make_engine", "-n", "2")
+    out = _Lines(sup)
+    try:
+        opened = out.wait(r"worker (\d) \(pid (\d+)\) opened", 2)
+        pids = {int(m[2]) for m in opened}
+        sys.path.insert(0, str(tmp_path))
+        import wkapp  # type: ignore[import-not-found]  # the app's module, from tmp_path
+
+        async def load(first: int) -> set[int]:
+            async with fusee.Engine.open(tmp_path / "data", workflows=[wkapp.double], route_timeout=60) as eng:
+                assert isinstance(eng, PartedEngine)
+                got = await asyncio.gather(*(eng.execute(wkapp.double, f"w{i}", i) for i in range(first, first + 40)))
+                assert [v for v, _ in got] == [2 * i for i in range(first, first + 40)]
+                return {pid for _, pid in got}
+
+        ran = asyncio.run(load(0))
+        assert ran & pids, "the workers ran none of the steps"
+        # A worker killed outright is started again, and the work still goes through.
+        victim = next(iter(pids))
+        os.kill(victim, signal.SIGKILL)
+        out.wait(rf"\(pid {victim}\) exited with code -9: starting it again")
+        out.wait(r"worker \d \(pid (\d+)\) opened", 3)
+        ran = asyncio.run(load(40))
+        assert victim not in ran
+        sup.send_signal(signal.SIGTERM)
+        assert sup.wait(timeout=60) == 0
+        assert len(out.wait(r"worker \d \(pid \d+\) closed", 2)) == 2
+    finally:
+        if sup.poll() is None:
+            sup.kill()
+            sup.wait()
+        sys.modules.pop("wkapp", None)
+        if str(tmp_path) in sys.path:
+            sys.path.remove(str(tmp_path))
+
+
+def test_a_broken_factory_fails_once_with_a_clear_message(tmp_path: Path) -> None:
+    (tmp_path / "wkapp2.py").write_text("def make_engine():\n    return 42\n")
+    sup = _workers(tmp_path, "wkapp2:nothing", "-n", "2")
+    _, err = sup.communicate(timeout=60)
+    assert sup.returncode == 1 and "has no 'nothing'" in err
+    sup = _workers(tmp_path, "wkapp2:make_engine", "-n", "1")
+    _, err = sup.communicate(timeout=120)  # the worker fails at every start: the supervisor gives up
+    assert sup.returncode == 1
+    assert "must return a fusee.Engine" in err and "right after its start" in err
