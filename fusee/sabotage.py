@@ -97,6 +97,16 @@ class Sabotage:
     step_ignores_lease_deadline: bool = False
     #: A lease renewal extends a lease that already expired (caught by fusee.sim.expiry).
     renewal_ignores_expiry: bool = False
+    # parted directories (caught by fusee.sim.parted)
+    #: A part's holder applies a message relayed from another part without checking that the
+    #: sender's part still has the sender's epoch (mail from a replaced holder is applied).
+    relay_ignores_fence: bool = False
+    #: A part acknowledges a relayed message before what it journaled is durable (a power loss
+    #: loses a message its sender counts delivered).
+    mail_acked_before_durable: bool = False
+    #: A signal relayed from another part is journaled without its dedup key (one sent again
+    #: is taken again).
+    relay_drops_dedup_key: bool = False
 
 
 #: The switches in force. Engine code reads them; only tests write them.

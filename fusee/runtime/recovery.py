@@ -66,6 +66,7 @@ class RecoveryHost(history.HistoryHost, parking.ParkingHost, Protocol):
     def _close_child(self, ref: rec.ParentRef, child: rec.Child) -> None: ...
     def _signal_quiet(self, target: str, name: str, payload: bytes, key: int) -> None: ...
     def _start_child(self, ref: rec.ParentRef, child: rec.Child) -> None: ...
+    def report_to_parent(self, st: WorkflowState, *, again: bool = False) -> None: ...
     def spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]: ...
 
 
@@ -211,6 +212,12 @@ def redo_outbox(rt: RecoveryHost, st: WorkflowState) -> None:
     for seq, child in children.items():
         ref = rec.ParentRef(id=st.id, run=st.run_id, seq=seq)
         rt._send(rt._start_child, ref, child)
+    if st.final and st.parent is not None and (st.owes_parent or st.packed is None):
+        # Ended after the checkpoint, or its parent had not acknowledged the result at it: a
+        # parent on another part may still wait for it (the part changed hands meanwhile).
+        start = journal[0] if journal else None
+        if not (isinstance(start, rec.Start) and start.policy & rec.DETACHED):
+            rt.report_to_parent(st, again=True)
 
 
 def checkpoint_state(rt: RecoveryHost) -> bytes:
@@ -230,11 +237,14 @@ def checkpoint_state(rt: RecoveryHost) -> bytes:
             # A suspended run needs no replay to go on: the next open keeps it parked.
             wake = parking.wake_time(rt, run) if run is not None and parking.parkable(rt, run) else -1
         status = -1 if st.status is None else int(st.status)
+        # A run whose ending is in the log but not yet known durable has not told its parent.
+        owes = st.owes_parent or (st.parent is not None and st.status is not None and not st.final
+                                  and st.status != rec.Status.CONTINUED)
         out.append(
             CheckpointEntry(
                 st.id, st.shard, st.wtype, st.run_id, st.parent, status, wake, journal,
                 has_outbox(st), st.code, st.version, rt.sealer.seal_bytes(rt.index.encoded(st.id), st.id),
-                rt.sealer.codec is not None,
+                rt.sealer.codec is not None, owes,
             )
         )
     return msgspec.msgpack.encode(out)
@@ -245,7 +255,7 @@ def checkpoint_state(rt: RecoveryHost) -> bytes:
 def load_checkpoint(rt: RecoveryHost, state: bytes) -> None:
     """Rebuilds the workflow table from a checkpoint (before the log after it is loaded)."""
     for e in msgspec.msgpack.decode(state, type=list[CheckpointEntry]):
-        if e.outbox:
+        if e.outbox or e.owes_parent:
             rt._outbox_at_open.add(e.id)
         outbox = e.outbox
         st = WorkflowState(e.id, e.shard)
@@ -257,6 +267,7 @@ def load_checkpoint(rt: RecoveryHost, state: bytes) -> None:
         rt.wf[e.id] = st
         rt.by_run[e.run_id] = st
         st.outbox = outbox
+        st.owes_parent = e.owes_parent
         if e.attributes:
             attributes = rt.sealer.open_bytes(e.attributes, e.id) if e.sealed else e.attributes
             rt.index.replace(e.id, decode_attributes(attributes))

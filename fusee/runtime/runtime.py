@@ -101,9 +101,10 @@ class Mail(Protocol):
         """Whether ``workflow_id`` lives on another part."""
         ...
 
-    async def send(self, kind: str, args: tuple[Any, ...]) -> None:
-        """Delivers the message; returns once its receiver made what it journaled durable
-        (sent again until then, for as long as this runtime is open)."""
+    async def send(self, kind: str, args: tuple[Any, ...]) -> bool:
+        """Delivers the message; returns True once its receiver made what it journaled durable
+        (sent again until then, for as long as this runtime is open), False if it gave up
+        (this runtime closed, or the receiver refused this part's holder as fenced)."""
         ...
 
     def fenced(self, part: int, epoch: int) -> bool:
@@ -546,7 +547,7 @@ class Runtime:
         if st.parent is not None:
             start = self.journal_of(st)[0][0]
             if not (isinstance(start, rec.Start) and start.policy & rec.DETACHED):
-                self._send(self._child_finished, st.parent, st.status, st.payload)
+                self.report_to_parent(st)
         self._apply_close_policy(st)
         if not self.keep_history:
             history.trim(self, st)
@@ -558,12 +559,16 @@ class Runtime:
     def _apply_close_policy(self, st: WorkflowState) -> None:
         """The parent ended: its children still running follow their close policy."""
         journal, _ = self.journal_of(st)
+        # Children whose end the parent journaled need no policy (a timed-out wait does: the
+        # child may still run); asking another part about them could restart one retention removed.
+        ended = {r.seq for r in journal if isinstance(r, rec.ChildDone) and r.status != rec.Status.TIMED_OUT}
         for r in journal:
             if type(r) is not rec.Child:
                 continue
             assert isinstance(r, rec.Child)
             if self.mail is not None and self.mail.elsewhere(r.id):
-                if r.flags & rec.CLOSE_POLICY_MASK in (rec.ClosePolicy.TERMINATE, rec.ClosePolicy.REQUEST_CANCEL):
+                if r.seq not in ended and r.flags & rec.CLOSE_POLICY_MASK in (
+                        rec.ClosePolicy.TERMINATE, rec.ClosePolicy.REQUEST_CANCEL):
                     self._send(self._parent_closed, st.id, st.run_id, r)
                 continue
             child = self.wf.get(r.id)
@@ -578,8 +583,15 @@ class Runtime:
                 self._send(self._cancel_quiet, child.id, f"parent '{st.id}' closed")
 
     def _parent_closed(self, parent_id: str, parent_run: int, r: rec.Child) -> None:
-        """A parent on another part ended: its child here follows the close policy ``r`` names."""
+        """A parent on another part ended: its child here follows the close policy ``r`` names.
+
+        The child's start may still be on its way (mail is reordered): it starts now, as a
+        start that reaches a part after its parent ended does, and follows the policy at once.
+        """
         child = self.wf.get(r.id)
+        if child is None:
+            self._start_child(rec.ParentRef(id=parent_id, run=parent_run, seq=r.seq), r)
+            child = self.wf.get(r.id)
         if child is None or not child.running or child.parent is None:
             return
         if child.parent.id != parent_id or child.parent.run != parent_run:
@@ -671,8 +683,11 @@ class Runtime:
         assert kind in MAIL_TYPES, f"not a message kind: {kind!r}"
         if self.closed or self.log.failed is not None:
             raise EngineClosed("this part is closed or its log failed: the message was not applied")
+        if sabotage.active.relay_drops_dedup_key and kind == "_signal_quiet":
+            args = (*args[:3], 0)
         self._deliver(getattr(self, kind), args)
-        await self.appended_durable()
+        if not sabotage.active.mail_acked_before_durable:
+            await self.appended_durable()
 
     async def appended_durable(self) -> None:
         """Returns once everything appended so far, on every shard, is durable."""
@@ -690,7 +705,7 @@ class Runtime:
             wdef = self.workflows.get(child.wtype)
             if wdef is None:
                 err = codec.encode_error(UnknownWorkflow(f"no workflow named {child.wtype!r} is registered"))
-                self._child_finished(ref, rec.Status.FAILED, err)
+                self._tell_parent(ref, rec.Status.FAILED, err)
                 return
             self.start_workflow(wdef, child.id, child.input, parent=ref, policy=child.flags,
                                 trace=self.trace_of(ref.id))
@@ -710,10 +725,40 @@ class Runtime:
             err = codec.encode_error(
                 AlreadyExists(f"child workflow id '{child.id}' is in use by another workflow")
             )
-            self._child_finished(ref, rec.Status.FAILED, err)
+            self._tell_parent(ref, rec.Status.FAILED, err)
             return
         if st.final and st.status is not None and not detached:
-            self._child_finished(ref, st.status, st.payload)
+            self.report_to_parent(st)
+
+    def report_to_parent(self, st: WorkflowState, *, again: bool = False) -> None:
+        """Tells a child's parent how the child's run ended.
+
+        A parent on another part is told by mail; until its part acknowledges, the child
+        owes it the result (``owes_parent``, kept in checkpoints), and whoever holds this
+        part after a crash or a handover sends it again at open (``again``: only then, a
+        parent on this part replays and asks for itself).
+        """
+        assert st.parent is not None and st.final, "only a finished child reports to its parent"
+        if self.mail is not None and self.mail.elsewhere(st.parent.id):
+            st.owes_parent = True
+            self.spawn(self._pay_parent(self.mail, st, st.run_id, st.parent, st.status, st.payload))
+        elif not again:
+            self._send(self._child_finished, st.parent, st.status, st.payload)
+
+    async def _pay_parent(self, mail: Mail, st: WorkflowState, run_id: int, ref: rec.ParentRef,
+                          status: rec.Status | None, payload: bytes) -> None:
+        if sabotage.active.drop_outbox_message and self.env.rng.random() < 0.5:
+            return
+        if await mail.send("_child_finished", (ref, status, payload)) and st.run_id == run_id:
+            st.owes_parent = False
+
+    def _tell_parent(self, ref: rec.ParentRef, status: rec.Status | None, payload: bytes) -> None:
+        """How a child ended, to its parent: here at once, or by mail when the parent lives on
+        another part (the child's part answers a start sent again by the parent's replay)."""
+        if self.mail is not None and self.mail.elsewhere(ref.id):
+            self.spawn(self.mail.send("_child_finished", (ref, status, payload)))
+            return
+        self._child_finished(ref, status, payload)
 
     def trace_of(self, wid: str) -> bytes | None:
         """The trace context journaled in ``wid``'s current Start (a child joins its parent's trace)."""

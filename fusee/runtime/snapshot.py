@@ -60,3 +60,6 @@ class CheckpointEntry(msgspec.Struct, array_like=True, gc=False):
     attributes: bytes = b""
     #: ``attributes`` went through the engine's payload codec (``fusee.runtime.sealing``).
     sealed: bool = False
+    #: The run ended and its parent, on another part, had not acknowledged the result: the
+    #: next holder of the part sends it again.
+    owes_parent: bool = False

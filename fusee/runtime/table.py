@@ -46,6 +46,8 @@ class WorkflowState(msgspec.Struct, gc=False):
     packed: bytes | None = None
     #: The packed journal holds a child or a message to another workflow.
     outbox: bool = False
+    #: The run ended and its parent, on another part, has not acknowledged the result yet.
+    owes_parent: bool = False
     #: A parked run's earliest timer or deadline (0: none).
     wake_ms: int = 0
     #: Fingerprint of the code that last replayed the run (see ``fusee.runtime.verify``).
@@ -78,6 +80,7 @@ def dedup_key(text: str) -> int:
     return (h >> 1) or 1
 
 def has_outbox(st: WorkflowState) -> bool:
+    """Whether the journal holds a child or a message to another workflow."""
     if st.packed is not None:
         return st.outbox
     return any(type(r) is rec.Child or type(r) is rec.Send for r in st.journal)

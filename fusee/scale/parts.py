@@ -57,6 +57,7 @@ from fusee.errors import (
     OwnerUnreachable,
     ShardCountMismatch,
 )
+from fusee.limits import Limit, LimitStatus
 from fusee.runtime.runtime import mail_target
 from fusee.scale.follower import Follower
 from fusee.scale.lease import DirectoryLease
@@ -256,6 +257,31 @@ class PartPlace(DirectoryPlace):
         return _GatedLease(self.target, self._gate)
 
 
+def part_share(limit: Limit, part: int, parts: int) -> Limit:
+    """What part ``part`` of ``parts`` enforces of ``limit``: its share of the concurrency
+    (``concurrency // parts``, one more for each of the first ``concurrency % parts`` parts) and
+    ``per_second / parts``. The shares add up to the limit, so the steps of every part together
+    never exceed it, whichever processes hold the parts."""
+    c = limit.concurrency
+    share = None if c is None else c // parts + (1 if part < c % parts else 0)
+    rate = None if limit.per_second is None else limit.per_second / parts
+    return Limit(limit.name, concurrency=share, per_second=rate, weights=limit.weights)
+
+
+def check_limits(limits: tuple[Limit, ...], parts: int) -> None:
+    """Refuses a limit some part would get no share of (its steps there could never run)."""
+    for limit in limits:
+        if not isinstance(limit, Limit):
+            raise TypeError(f"limits must be fusee.Limit values, got {limit!r}")
+        if limit.concurrency is not None and limit.concurrency < parts:
+            raise ValueError(
+                f"limit {limit.name!r}: concurrency {limit.concurrency} is below the directory's {parts} "
+                f"parts. Each part enforces its share of a limit (concurrency // parts), so a part "
+                f"would get none and its runs' steps under the limit could never run. Give a "
+                f"concurrency of at least {parts}, or use a directory with fewer parts "
+                "(see docs/scale-out.md#limits-on-parts)")
+
+
 class PartMail:
     """The mail of one part's runtime: messages for runs on other parts, carried to their holders."""
 
@@ -266,7 +292,7 @@ class PartMail:
     def elsewhere(self, workflow_id: str) -> bool:
         return part_of(workflow_id, self._parted.parts) != self.part
 
-    async def send(self, kind: str, args: tuple[Any, ...]) -> None:
+    async def send(self, kind: str, args: tuple[Any, ...]) -> bool:
         parted = self._parted
         target = part_of(mail_target(kind, args), parted.parts)
         data = msgspec.msgpack.encode(args)
@@ -275,15 +301,16 @@ class PartMail:
         while not parted.closed:
             try:
                 await parted.relay(target, [kind, data, self.part, epoch])
-                return
+                return True
             except FencedSender as e:
                 logger.warning("part %d: %s", self.part, e)
-                return
+                return False
             except (EngineClosed, OwnerUnreachable, OutcomeUnknown, OSError) as e:
                 # The receiver's holder is changing (a takeover or a handoff): try again.
                 logger.debug("part %d: message to part %d waits (%s)", self.part, target, e)
             await asyncio.sleep(delay)
             delay = min(delay * 2, 0.5)
+        return False
 
     def fenced(self, part: int, epoch: int) -> bool:
         """Whether a sender of part ``part`` under ``epoch`` has been replaced by a newer holder."""
@@ -328,6 +355,9 @@ class PartedEngine(Engine):
             if count != parts:
                 raise ShardCountMismatch(f"{root} was created with {count} parts, not {parts}: "
                                          "the part count is fixed when the directory is created")
+        limits = tuple(options.get("limits", ()))
+        check_limits(limits, count)
+        options = {**options, "limits": limits}
         self = object.__new__(cls)
         self._pid = os.getpid()
         self.root = root
@@ -365,7 +395,8 @@ class PartedEngine(Engine):
         return self
 
     def _part_options(self, part: int) -> dict[str, Any]:
-        return {**self._options, "_mail": PartMail(self, part)}
+        limits = tuple(part_share(limit, part, self.parts) for limit in self._options["limits"])
+        return {**self._options, "limits": limits, "_mail": PartMail(self, part)}
 
     def _falls_here(self, part: int) -> bool:
         """Whether part ``part`` falls to this process now (called on a lease's waiting thread too)."""
@@ -609,6 +640,29 @@ class PartedEngine(Engine):
             indexed=sum(m.indexed for m in each), stats=stats, loaded_bytes=total("loaded_bytes"),
             memory_budget=sum(budgets) if budgets else None, runs_to_load=total("runs_to_load"),
             backup=None)
+
+    def limits(self) -> dict[str, LimitStatus]:
+        """Each limit as given at open (the whole directory's bound), with the permits out and the
+        step executions waiting on the parts this process holds (each part enforces its share,
+        see :func:`part_share`)."""
+        self._check_open()
+        out: dict[str, LimitStatus] = {}
+        for limit in self._options["limits"]:
+            held = [s.limits().get(limit.name) for s in self._slots if s.is_owner]
+            out[limit.name] = LimitStatus(
+                limit.name, limit.concurrency, limit.per_second,
+                sum(h.in_use for h in held if h is not None), sum(h.waiting for h in held if h is not None))
+        return out
+
+    def set_limit(self, name: str, *, concurrency: Any = None, per_second: Any = None,
+                  weights: Any = None) -> Limit:
+        """Refused on a directory with several parts: each process enforces its parts' shares
+        of the limits given at open, so a change must reach every process the same way."""
+        raise FuseeError(
+            f"set_limit({name!r}) on a directory with several parts: each part enforces its share of "
+            "the limits every process was opened with, and a change made in one process would not "
+            "reach the others. Reopen the processes with the new limits= "
+            "(see docs/scale-out.md#limits-on-parts)")
 
     def stuck(self) -> dict[str, str]:
         self._check_open()

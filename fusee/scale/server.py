@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from fusee import codec
+from fusee import codec, sabotage
 from fusee.core import records as rec
 from fusee.definitions import QueryDef, SignalDef, UpdateDef
 from fusee.errors import AlreadyExists, FencedSender, FuseeError
@@ -193,7 +193,7 @@ async def _relay(eng: Engine, kind: str, data: bytes, part: int, epoch: int) -> 
     if mail is None or kind not in MAIL_TYPES:
         raise FuseeError(f"this engine holds no part of a parted directory, or {kind!r} is no message: "
                          "are both processes running the same version of fusee?")
-    if mail.fenced(part, epoch):
+    if not sabotage.active.relay_ignores_fence and mail.fenced(part, epoch):
         raise FencedSender(f"a message from part {part} under epoch {epoch} was refused: that part has "
                            "a newer holder, which sends again what its runs still owe")
     await rt.receive(kind, msgspec.msgpack.decode(data, type=MAIL_TYPES[kind]))

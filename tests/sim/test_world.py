@@ -103,10 +103,11 @@ def _implemented(switch: str) -> bool:
 
 def _world_switches() -> list[str]:
     """The sabotage switches this world must catch (tests/sim/test_scaleout.py, test_expiry.py and
-    test_grouping.py have the scale-out and group commit ones, test_backup_sim.py the backup's)."""
-    from fusee.sim import backup, expiry, grouping, scaleout
+    test_grouping.py have the scale-out and group commit ones, test_backup_sim.py the backup's,
+    test_parted.py the parted directory's)."""
+    from fusee.sim import backup, expiry, grouping, parted, scaleout
 
-    elsewhere = {*scaleout.SWITCHES, *expiry.SWITCHES, *grouping.SWITCHES, *backup.SWITCHES}
+    elsewhere = {*scaleout.SWITCHES, *expiry.SWITCHES, *grouping.SWITCHES, *backup.SWITCHES, *parted.SWITCHES}
     return [f.name for f in dataclasses.fields(sabotage.Sabotage) if f.name not in elsewhere]
 
 
