@@ -107,6 +107,8 @@ class StepRunner:
         #: Steps with effects waiting for their gates to become durable.
         self._gated: list[tuple[Run, int, StepCall]] = []
         self._release_scheduled = False
+        #: Steps that let the loop take a turn before they are lent its thread (``_wait_for_ready``).
+        self._deferred: list[tuple[Run, int, StepCall]] = []
         #: Steps started in a row without a turn of the loop, and whether one is starting.
         self._streak = 0
         self._direct = False
@@ -280,7 +282,9 @@ class StepRunner:
             self.rt.loop.call_soon(self._start_step, run, seq, call)
             return
         if not call.is_async and self._wait_for_ready(call) and self.sync_policy.runs_inline(call.fn):
-            self.rt.loop.call_soon(self._start_step, run, seq, call)
+            if not self._deferred:
+                self.rt.loop.call_soon(self._start_deferred)
+            self._deferred.append((run, seq, call))
             return
         args = (self._info(run, seq, call, call.attempt),) if call.takes_info else ()
         run.executing[seq] = None
@@ -329,6 +333,16 @@ class StepRunner:
             if traced is not None:
                 self.telemetry.leave_step(traced)  # type: ignore[union-attr]
         self._step_result(run, seq, value)
+
+    def _start_deferred(self) -> None:
+        """The steps that let the loop take a turn, tried again, all in one callback."""
+        batch, self._deferred = self._deferred, []
+        # A turn the loop took without lending its thread counts as a short lend: the guess that
+        # lends are long decays, so one long function makes the steps behind it wait a few
+        # turns (about log2 of how many flush times it held the thread), not _YIELDS each.
+        self.rt.committer.lent(0.0)
+        for run, seq, call in batch:
+            self._start_step(run, seq, call)
 
     def _wait_for_ready(self, call: StepCall) -> bool:
         """Whether a step function about to be lent the loop's thread should let what is ready run first.

@@ -89,7 +89,9 @@ def check_after_kill(d: Path, results: dict[str, int], killed_acks: list[str]) -
     process in ``killed_acks``) completes with the app's result, and no recorded step ran again."""
 
     async def rest() -> None:
-        async with fusee.Engine.open(d, workflows=[_job()], exclusive=True) as engine:
+        # The survivors close once their own starts are done: a run the killed process started
+        # may still be mid-way, and this engine carries it on (its steps write the same ledger).
+        async with fusee.Engine.open(d, workflows=[_job(d)], exclusive=True) as engine:
             for wid in killed_acks:  # acknowledged by the killed process to itself
                 results[wid] = await engine.get(wid).result()
 
@@ -108,8 +110,9 @@ def check_after_kill(d: Path, results: dict[str, int], killed_acks: list[str]) -
     assert all(seen.get(w) == 2 for w in results)
 
 
-def _job() -> Any:
-    """The app's workflow, for the test's own engine (the same name and steps)."""
+def _job(ledger_dir: Path | None = None) -> Any:
+    """The app's workflow, for the test's own engine (the same name and steps; they write the
+    ledger in ``ledger_dir``, and fail when it is None: nothing should be left to run)."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("scale_app_defs", APP)
@@ -117,7 +120,7 @@ def _job() -> Any:
     src = APP.read_text().split("async def main()")[0]
     ns: dict[str, Any] = {"__name__": "scale_app_defs"}
     old = sys.argv
-    sys.argv = ["x", "/nonexistent", "t", "0"]
+    sys.argv = ["x", str(ledger_dir) if ledger_dir is not None else "/nonexistent", "t", "0"]
     try:
         exec(compile(src, str(APP), "exec"), ns)
     finally:

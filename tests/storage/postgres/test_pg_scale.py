@@ -197,10 +197,12 @@ def check_steps_in_order(d: Path, runs: dict[str, int]) -> None:
         assert seen.get(wid) == 2, wid
 
 
-async def final_results(dsn: str, wids: set[str]) -> dict[str, int]:
+async def final_results(dsn: str, wids: set[str], d: Path) -> dict[str, int]:
+    """The results of runs other processes acknowledged; one still mid-way (the processes that
+    could carry it on have closed) goes on here, its steps writing the same ledger."""
     from tests.scale.test_directory_scale import _job
 
-    async with await fusee.Engine.open(dsn, workflows=[_job()], exclusive=True, lease_ttl=1) as engine:
+    async with await fusee.Engine.open(dsn, workflows=[_job(d)], exclusive=True, lease_ttl=1) as engine:
         return {wid: await engine.get(wid).result() for wid in wids}
 
 
@@ -234,7 +236,7 @@ def test_three_workers_sigkill_the_owner_mid_load(pg_dsn: str, tmp_path: Path) -
         results.update(done)
         takeover |= any(x.get("owner") and x.get("epoch", 0) > epoch for x in lines if "finished" in x)
     assert takeover, "no follower took the namespace over"
-    results.update(asyncio.run(final_results(pg_dsn, killed_acks)))
+    results.update(asyncio.run(final_results(pg_dsn, killed_acks, d)))
     check_steps_in_order(d, results)
 
 
@@ -271,7 +273,7 @@ def test_a_stopped_owner_is_fenced_when_a_follower_takes_over(pg_dsn: str, tmp_p
         assert acked == set(done) and len(acked) == 300
         results.update(done)
     # Whatever the stopped owner acknowledged (before the pause) is there; nothing after.
-    results.update(asyncio.run(final_results(pg_dsn, acked_a)))
+    results.update(asyncio.run(final_results(pg_dsn, acked_a, d)))
     check_steps_in_order(d, results)
     # Each owner in turn (the stopped one, the follower that took over, any that took over when
     # that one closed, this check's own engine) wrote a larger epoch.
