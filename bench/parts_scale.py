@@ -1,7 +1,7 @@
 """Parts (issue 24): one fan-out through 1, 2 and 4 processes on a parted directory.
 
     .venv/bin/python bench/parts_scale.py [--runs 2000] [--steps 10] [--parts 4] [--procs 1,2,4]
-        [--trials 5] [--local]
+        [--trials 5] [--local] [--json]
 
 Each trial makes a new directory with ``--parts`` parts and starts N processes
 on it. Once every process holds its share (``parts / N`` parts each), they all
@@ -11,7 +11,8 @@ and results are routed to another process. Durable steps/s = every step of
 every process over the time from the first start to the last result. Prints
 the median and the spread per process count, and the ratio to one process
 measured in the same run. ``--local``: each process starts only workflows of
-its own parts (nothing routed), the ceiling routing leaves.
+its own parts (nothing routed), the ceiling routing leaves. ``--json``: also
+prints the figures as a ``make bench`` result (``bench/run_all.py`` renders them).
 """
 
 from __future__ import annotations
@@ -28,6 +29,9 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve()
 ROOT = HERE.parents[1]
+sys.path.insert(0, str(HERE.parent))
+
+import common  # noqa: E402
 
 WORKER = r"""
 import asyncio, json, os, sys, time
@@ -97,6 +101,7 @@ def main() -> None:
     ap.add_argument("--procs", default="1,2,4")
     ap.add_argument("--trials", type=int, default=5)
     ap.add_argument("--local", action="store_true")
+    ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     counts = [int(x) for x in a.procs.split(",")]
     rates: dict[int, list[float]] = {n: [] for n in counts}
@@ -104,6 +109,14 @@ def main() -> None:
         for n in counts:
             rates[n].append(trial(n, a.runs, a.steps, a.parts, a.local))
     base = statistics.median(rates[counts[0]])
+    if a.json:
+        common.emit_result({
+            "workload": "parts_fanout", "runs": a.runs, "steps": a.steps, "parts": a.parts,
+            "trials": a.trials, "local": a.local,
+            **{f"steps_per_s_{n}": statistics.median(rates[n]) for n in counts},
+            **{f"min_{n}": min(rates[n]) for n in counts}, **{f"max_{n}": max(rates[n]) for n in counts},
+            **{f"ratio_{n}": statistics.median(rates[n]) / base for n in counts},
+        })
     print(f"fan-out {a.runs} x {a.steps} steps, {a.parts} parts, {a.trials} trials"
           f"{' (local IDs only)' if a.local else ''}")
     for n in counts:

@@ -514,6 +514,7 @@ def render(results: dict[str, dict[str, Any]], env: dict[str, str], sizes: str,
     lines += render_concurrent_chains(results)
     lines += render_sync_hosts(results)
     lines += render_scale(results)
+    lines += render_parts(results)
     failures = [(s, w, r["error"]) for s, ws in results.items() for w, r in ws.items()
                 if "error" in r]
     if failures:
@@ -591,6 +592,26 @@ def render_scale(results: dict[str, dict[str, Any]]) -> list[str]:
                               "The engine holding the namespace's lease runs the workflows; the others route "
                               "over TCP and one takes over once the dead owner's lease expired "
                               f"(lease_ttl={ttl} s here; docs/scale-out.md).")
+    return lines
+
+
+def render_parts(results: dict[str, dict[str, Any]]) -> list[str]:
+    """Parts (issue 24, ``parts_scale.py``): throughput through more processes on one parted directory."""
+    r = results.get("fusee", {}).get("parts_fanout", {})
+    if not r:
+        return []
+    lines = ["", f"## Parts (one directory of {r.get('parts')} parts)", "",
+             f"A fan-out of {r.get('runs'):,} workflows x {r.get('steps')} steps started through N processes "
+             "at once, each holding its share of the parts; IDs hash anywhere, so most of a process's "
+             f"starts and results are routed to another (median of {r.get('trials')} trials; "
+             "docs/scale-out.md#parts). Target: 2 processes >= 1.7x one, 4 no less than 2.", "",
+             "| processes | durable steps/s (min-max) | x one process |", "|---|---|---|"]
+    for n in (1, 2, 4):
+        if f"steps_per_s_{n}" in r:
+            lines.append(f"| {n} | {r[f'steps_per_s_{n}']:,.0f} ({r[f'min_{n}']:,.0f}-{r[f'max_{n}']:,.0f}) "
+                         f"| {r[f'ratio_{n}']:.2f} |")
+    if "error" in r:
+        lines.append(f"| (failed: {r['error']}) | | |")
     return lines
 
 
@@ -789,6 +810,10 @@ def _run_everything(args: argparse.Namespace, session: Path, size_flags: list[st
     if not args.no_scale:
         collect("fusee", run_script([sys.executable, str(here / "workloads_scale.py"), "all", *quick],
                                     "fusee scale-out", args.timeout), "scale")
+        # Parts (issue 24): a fan-out through 1, 2 and 4 processes on a directory of 4 parts.
+        trials = ["--runs", "500", "--trials", "1"] if args.quick else ["--trials", "3"]
+        collect("fusee", run_script([sys.executable, str(here / "parts_scale.py"), "--json", *trials],
+                                    "fusee parts", args.timeout), "parts_fanout")
     for workload in KEYED_WORKLOADS:
         collect("fusee", run_script(
             [sys.executable, str(here / "workloads_keyed.py"), workload, *quick],
