@@ -1402,13 +1402,13 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
             running = asyncio.get_running_loop()
         except RuntimeError:
             running = None
-        if running is self._rt.loop:
+        if running is self.loop:
             raise WrongEventLoop("run_threadsafe was called on the engine's own loop: await the method instead")
 
         async def call() -> T:
             return await method(*args, **kwargs)
 
-        return asyncio.run_coroutine_threadsafe(call(), self._rt.loop).result(timeout)
+        return asyncio.run_coroutine_threadsafe(call(), self.loop).result(timeout)
 
     # --- inspection ---------------------------------------------------------
 

@@ -232,8 +232,14 @@ class FlowAPI:
 
     def schedules(self) -> ScheduleList:
         """Every schedule, by ID (answered from memory; ``await`` it or not)."""
+        out = ScheduleList(ScheduleInfo.of(state) for state in self._schedule_states())
+        out.sort(key=lambda i: i.schedule_id)
+        return out
+
+    def _schedule_states(self) -> list[dict[str, Any]]:
+        """The state of every schedule this engine runs, as plain data (:meth:`ScheduleInfo.of`)."""
         self._check_open()
-        out = ScheduleList()
+        out = []
         for wid, st in list(self._rt.wf.items()):
             if not wid.startswith(schedules.PREFIX) or not st.running:
                 continue
@@ -245,8 +251,7 @@ class FlowAPI:
                 state = run.answer_query(schedules.DESCRIBE, None)
             except FuseeError:
                 continue  # its code has not registered the query yet (it is starting)
-            out.append(ScheduleInfo.of(state))
-        out.sort(key=lambda i: i.schedule_id)
+            out.append(state)
         return out
 
     async def describe_schedule(self, schedule_id: str) -> ScheduleInfo:

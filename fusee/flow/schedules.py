@@ -28,7 +28,7 @@ from typing import Any
 from fusee import sabotage
 from fusee.definitions import QueryDef, SignalDef, UpdateDef, workflow
 from fusee.durations import to_ms
-from fusee.errors import FuseeError, InvalidSchedule
+from fusee.errors import EngineClosed, FuseeError, InvalidSchedule
 from fusee.runtime.context import Ctx
 
 #: The prefix of a schedule's own workflow ID.
@@ -255,9 +255,17 @@ async def schedule_run(ctx: Ctx, state: dict[str, Any]) -> dict[str, Any]:
         how = "cancel" if overlap == "cancel_other" else "terminate"
 
         async def request() -> None:
+            reason = f"schedule {sid}: {overlap}"
+            if rt.mail is not None and rt.mail.elsewhere(wid):
+                # The run lives on another part: its holder applies it (nothing if it ended).
+                kind = "_cancel_quiet" if how == "cancel" else "_terminate_quiet"
+                if not await rt.mail.send(kind, (wid, reason)):
+                    raise EngineClosed(f"schedule {sid}: this part closed before the {how} of {wid!r} "
+                                       "was delivered; its next holder asks again")
+                return
             try:
                 st = rt.current(wid)
-                lsn = (rt.cancel if how == "cancel" else rt.terminate)(wid, f"schedule {sid}: {overlap}", None)
+                lsn = (rt.cancel if how == "cancel" else rt.terminate)(wid, reason, None)
                 await rt.wait_durable(st.shard, lsn)
             except FuseeError:
                 pass  # it ended meanwhile (or never started): nothing to stop

@@ -610,7 +610,10 @@ _SCHEDULE_NOW = _doc(schemas.Schedule, "Done, and durable: the schedule now.")
      responses=_reads(_doc(schemas.ScheduleList, "The schedules, by ID.")))
 async def list_schedules(engine: Engine) -> dict[str, Any]:
     """Each schedule's spec, state, next time and what it fired or skipped."""
-    infos = await _read(engine, lambda: list(engine.schedules()))
+    async def every_schedule() -> list[Any]:
+        return list(await engine.schedules())  # awaited: on several parts it asks every holder
+
+    infos = await _call(engine, every_schedule)
     return {"schedules": [views.schedule(i) for i in infos]}
 
 

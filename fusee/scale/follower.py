@@ -675,6 +675,13 @@ class Follower(Engine):
             return self._local.schedules()
         return ScheduleList()
 
+    async def asked_schedule_states(self) -> list[dict[str, Any]]:
+        """The state of every schedule the owner runs, asked of it (see ``_schedule_states``)."""
+        if self._local is not None:
+            return self._local._schedule_states()
+        got: list[dict[str, Any]] = await self._route("schedules", [], safe=True)
+        return got
+
     async def enqueue(
         self, workflow: WorkflowDef[Any, Any] | str, key: str, event: Any, *, event_id: str | None = None,
     ) -> Receipt:

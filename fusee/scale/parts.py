@@ -39,11 +39,12 @@ import json
 import logging
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from typing import Any
 
 import msgspec
 
+from fusee.definitions import WorkflowDef
 from fusee.engine.engine import Engine, RunHandle, RunSummary
 from fusee.engine.visibility import Metrics, RunPage, ShardMetrics
 from fusee.errors import (
@@ -52,12 +53,17 @@ from fusee.errors import (
     FencedSender,
     FuseeError,
     InvalidQuery,
+    InvalidSchedule,
     NotAnEngineDirectory,
     OutcomeUnknown,
     OwnerUnreachable,
+    ScheduleNotFound,
     ShardCountMismatch,
 )
+from fusee.flow import schedules, windows
+from fusee.flow.api import ScheduleInfo, ScheduleList
 from fusee.limits import Limit, LimitStatus
+from fusee.objects import Handler, ObjectDef
 from fusee.runtime.runtime import mail_target
 from fusee.scale.follower import Follower
 from fusee.scale.lease import DirectoryLease
@@ -317,6 +323,66 @@ class PartMail:
         return read_epoch(PosixStorage(), part_path(self._parted.root, part)) > epoch
 
 
+def _not_on_parts() -> FuseeError:
+    return FuseeError("this call is not supported yet on a directory with several parts "
+                      "(see docs/scale-out.md#parts for what is)")
+
+
+class _Registrations:
+    """What callers of a parted engine read of a runtime (the HTTP API and the UI look up the
+    registered workflows and objects): every part registers the same. Anything else a call
+    would take from one part's runtime is refused, so that a call not routed by part fails
+    loudly instead of acting on one part."""
+
+    def __init__(self, rt: Any) -> None:
+        self.versions = rt.versions
+        self.workflows = rt.workflows
+        self.check_registered = rt.check_registered
+
+    def __getattr__(self, name: str) -> Any:
+        raise _not_on_parts()
+
+
+class PartedSchedules(ScheduleList):
+    """``engine.schedules()`` on a parted directory.
+
+    As a plain list: the schedules of the parts this process holds, by ID. Awaited: a new
+    list of every part's schedules, by ID, those of the other parts asked of their holders
+    (each within the engine's route timeout); ``unanswered`` then names the parts whose
+    holder did not answer (their schedules are missing from the list)."""
+
+    def __init__(self, parted: PartedEngine) -> None:
+        super().__init__(ScheduleInfo.of(state) for slot in parted._slots if slot.is_owner
+                         for state in slot._schedule_states())
+        self.sort(key=lambda i: i.schedule_id)
+        self._parted = parted
+        #: The parts whose schedules are missing (not held here and, once awaited, not answered).
+        self.unanswered: tuple[int, ...] = tuple(p for p, slot in enumerate(parted._slots) if not slot.is_owner)
+
+    def __await__(self) -> Generator[Any, None, ScheduleList]:
+        return self._ask().__await__()
+
+    async def _ask(self) -> PartedSchedules:
+        parted = self._parted
+
+        async def states(slot: Engine) -> builtins.list[dict[str, Any]]:
+            if isinstance(slot, Follower):
+                return await asyncio.wait_for(slot.asked_schedule_states(), parted._route_timeout)
+            await asyncio.sleep(0)
+            return slot._schedule_states()
+
+        got = await asyncio.gather(*(states(slot) for slot in parted._slots), return_exceptions=True)
+        out = PartedSchedules.__new__(PartedSchedules)
+        list.__init__(out, (ScheduleInfo.of(state) for answer in got if not isinstance(answer, BaseException)
+                            for state in answer))
+        out.sort(key=lambda i: i.schedule_id)
+        out._parted = parted
+        out.unanswered = tuple(p for p, answer in enumerate(got) if isinstance(answer, BaseException))
+        for p in out.unanswered:
+            logger.warning("part %d of %s did not answer for its schedules: %s", p, parted.root, got[p])
+        return out
+
+
 class PartedEngine(Engine):
     """An engine on a parted directory: holds some of its parts, routes to the others' holders.
 
@@ -551,6 +617,83 @@ class PartedEngine(Engine):
         wid = parse_token(token)[0]
         return await self._on_part(wid, "fail_completion", token, message, by=by)  # type: ignore[no-any-return]
 
+    async def _reset(
+        self, workflow_id: str, new_id: str | None, before_step: str | None, before_position: int | None,
+        reapply_signals: bool, version: int | None, by: str | None,
+    ) -> RunHandle[Any]:
+        wid = self._check_id(workflow_id)
+        if new_id is not None and part_of(new_id, self.parts) != part_of(wid, self.parts):
+            raise FuseeError(
+                f"fork({wid!r}, {new_id!r}): the new ID lives on part {part_of(new_id, self.parts)} and the "
+                f"original on part {part_of(wid, self.parts)}, and a fork across parts is not supported yet; "
+                "choose a new ID on the original's part (fusee.scale.parts.part_of(new_id, engine.parts) "
+                "== part_of(workflow_id, engine.parts))")
+        return self._rebind(await self._on_part(wid, "_reset", wid, new_id, before_step, before_position,
+                                                reapply_signals, version, by))
+
+    # --- schedules, windows and keyed objects: each is a run on the part of its ID ------------
+
+    async def schedule(self, schedule_id: str, workflow: Any, input: Any = None, **kwargs: Any) -> None:
+        if not isinstance(schedule_id, str) or not schedule_id:
+            raise InvalidSchedule(f"a schedule ID must be a non-empty string, got {schedule_id!r}")
+        await self._on_part(schedules.PREFIX + schedule_id, "schedule", schedule_id, workflow, input, **kwargs)
+
+    async def _schedule_state(self, schedule_id: str, request: dict[str, Any]) -> dict[str, Any]:
+        if not isinstance(schedule_id, str) or not schedule_id:
+            raise ScheduleNotFound(f"no schedule {schedule_id!r} exists (a schedule ID is a non-empty string)")
+        got: dict[str, Any] = await self._on_part(schedules.PREFIX + schedule_id, "_schedule_state",
+                                                  schedule_id, request)
+        return got
+
+    def schedules(self) -> ScheduleList:
+        """See :meth:`fusee.Engine.schedules`. On several parts, awaited (``await
+        engine.schedules()``) it asks every part's holder; as a plain list it holds the
+        schedules of the parts this process holds (see :class:`PartedSchedules`)."""
+        self._check_open()
+        return PartedSchedules(self)
+
+    async def enqueue(self, workflow: Any, key: str, event: Any, *, event_id: str | None = None) -> Any:
+        name = workflow.name if isinstance(workflow, WorkflowDef) else workflow
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"enqueue takes a workflow or its name, got {workflow!r}")
+        if not isinstance(key, str) or not key:
+            raise TypeError(f"a window key must be a non-empty string, got {key!r}")
+        if event_id is None:
+            event_id = os.urandom(16).hex()  # here, so that a call sent again after a handover is one event
+        return await self._on_part(windows.coordinator_id(name, key), "enqueue", workflow, key, event,
+                                   event_id=event_id)
+
+    async def call(self, handler: Any, key: str, arg: Any = None, *, call_id: str | None = None) -> Any:
+        if not isinstance(handler, Handler):
+            raise TypeError(f"engine.call takes a handler made with @obj.exclusive or @obj.shared, got {handler!r}")
+        if call_id is None:
+            call_id = os.urandom(16).hex()  # here, so that a call sent again after a handover runs once
+        return await self._on_part(handler.obj.workflow_id(key), "call", handler, key, arg, call_id=call_id)
+
+    def _object_id(self, obj: Any, key: str) -> str:
+        if not isinstance(obj, ObjectDef):
+            raise TypeError(f"expected an object made with fusee.object(...), got {obj!r}")
+        return obj.workflow_id(key)
+
+    async def object_state(self, obj: Any, key: str) -> Any:
+        return await self._on_part(self._object_id(obj, key), "object_state", obj, key)
+
+    async def set_object_state(self, obj: Any, key: str, value: Any, *, if_version: int | None = None) -> int:
+        got: int = await self._on_part(self._object_id(obj, key), "set_object_state", obj, key, value,
+                                       if_version=if_version)
+        return got
+
+    async def clear_object_state(self, obj: Any, key: str, *, if_version: int | None = None) -> int:
+        got: int = await self._on_part(self._object_id(obj, key), "clear_object_state", obj, key,
+                                       if_version=if_version)
+        return got
+
+    async def patch_object_state(self, obj: Any, key: str, patch: builtins.list[dict[str, Any]], *,
+                                 if_version: int | None = None) -> int:
+        got: int = await self._on_part(self._object_id(obj, key), "patch_object_state", obj, key, patch,
+                                       if_version=if_version)
+        return got
+
     async def checkpoint(self) -> None:
         self._check_open()
         for slot in self._slots:
@@ -700,13 +843,19 @@ class PartedEngine(Engine):
         return False
 
     @property
-    def _rt(self) -> Any:  # type: ignore[override]
-        # The calls that reach here are the ones not routed by part yet: say so instead of
-        # failing on a missing attribute.
-        raise FuseeError("this call is not supported yet on a directory with several parts "
-                         "(see docs/scale-out.md#parts for what is)")
+    def loop(self) -> asyncio.AbstractEventLoop:
+        """The event loop the engine was opened on: every call must be made there."""
+        return self._floop
 
-    _log = _committer = _rt
+    @property
+    def _rt(self) -> Any:  # type: ignore[override]
+        return _Registrations(self._slots[0]._rt)
+
+    @property
+    def _log(self) -> Any:  # type: ignore[override]
+        raise _not_on_parts()
+
+    _committer = _log
 
     @property
     def stats(self) -> dict[str, int]:

@@ -181,6 +181,10 @@ async def _schedule_state(eng: Engine, sid: str, request: dict[str, Any]) -> Any
     return await eng._schedule_state(sid, request)
 
 
+async def _schedules(eng: Engine) -> Any:
+    return eng._schedule_states()
+
+
 async def _enqueue(eng: Engine, wref: Any, key: str, event: bytes | None, event_id: str) -> Any:
     r = await eng.enqueue(_workflow(eng, wref), key, _value(event), event_id=event_id)
     return [r.window_id, r.position]
@@ -210,7 +214,7 @@ CALLS: dict[str, Callable[..., Awaitable[Any]]] = {
     "update_with_start": _update_with_start, "cancel": _cancel, "terminate": _terminate, "resume": _resume,
     "complete": _complete, "fail_completion": _fail_completion, "reset": _reset, "journal": _journal,
     "read_stream": _read_stream, "checkpoint": _checkpoint, "schedule": _schedule,
-    "schedule_state": _schedule_state, "enqueue": _enqueue, "ping": _ping,
+    "schedule_state": _schedule_state, "schedules": _schedules, "enqueue": _enqueue, "ping": _ping,
     "relay": _relay,
 }
 

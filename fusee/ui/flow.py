@@ -65,7 +65,7 @@ class FlowPages:
     # --- schedules -------------------------------------------------------------------
 
     async def schedule_rows(self) -> list[dict[str, Any]]:
-        infos = await self.call(lambda: list(self.engine.schedules()))
+        infos = list(await self.call(self.engine.schedules))  # awaited: on several parts it asks every holder
         runs = await self.call(self.engine.runs)
         by_schedule: dict[str, list[Any]] = {}
         for s in runs:

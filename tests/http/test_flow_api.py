@@ -223,3 +223,28 @@ async def test_a_bad_schedule_names_the_field_and_records_nothing(
     await asyncio.sleep(0)
     assert await _records(engine) == before
     assert not list(engine.schedules()) and not engine.runs()
+
+
+async def test_schedules_objects_and_runs_through_the_api_on_a_parted_directory(tmp_path: Path) -> None:
+    async with fusee.Engine.open(tmp_path / "parted", parts=3, workflows=ops_app.WORKFLOWS) as engine, \
+            client(engine) as c:
+        for sid in ("a", "b", "c", "d", "e"):  # on more than one part
+            r = await c.post("/api/schedules", json={"schedule_id": sid, "workflow": "tick", "input": 1,
+                                                     "every": "1h", "paused": True})
+            assert r.status_code == 201, r.text
+        listed = (await c.get("/api/schedules")).json()
+        check_schema(listed, "ScheduleList")
+        assert [s["schedule_id"] for s in listed["schedules"]] == ["a", "b", "c", "d", "e"]
+        assert (await c.post("/api/schedules/d/unpause", json={})).json()["paused"] is False
+
+        assert await engine.call(ops_app.add, "k/1", "apple") == 1
+        r = await c.get("/api/objects/cart/k%2F1/state")
+        assert r.status_code == 200, r.text
+        assert r.json()["value"] == {"items": ["apple"]}
+
+        for i in range(6):
+            r = await c.post("/api/runs", json={"workflow": "order", "workflow_id": f"o-{i}", "input": "acme"})
+            assert r.status_code in (200, 201, 202), r.text
+        runs = (await c.get("/api/runs", params={"where": "workflow = 'order'", "limit": 100})).json()
+        check_schema(runs, "RunPage")
+        assert sorted(r["workflow_id"] for r in runs["items"]) == [f"o-{i}" for i in range(6)]

@@ -46,6 +46,27 @@ def test_the_schedules_page_shows_each_schedule_and_its_runs() -> None:
         assert info.next_time is not None and info.next_time.strftime("%Y-%m-%d %H:%M") in nightly
 
 
+def test_the_schedules_and_runs_pages_on_a_parted_directory(tmp_path: Any) -> None:
+    async def many(engine: fusee.Engine) -> None:
+        for sid in ("s1", "s2", "s3", "s4", "s5"):  # on more than one of the parts
+            await engine.schedule(sid, report, "ops", every="1h", paused=True)
+
+    with Served(many, path=str(tmp_path / "parted"), parts=3) as served:
+        status, page = get(f"{served.url}/schedules")
+        assert status == 200, page
+        rows = re.findall(r'<tr class="schedule-row" data-id="([^"]+)">', page)
+        assert rows == ["s1", "s2", "s3", "s4", "s5"]
+        engine: Any = served.engine
+        for i in range(6):
+            served.call(engine.start, report, f"r-{i}", "ops")
+        status, page = get(f"{served.url}/")
+        assert status == 200, page
+        status, page = get(f"{served.url}/runs/r-4")
+        assert status == 200 and "r-4" in page, page
+        status, page = get(f"{served.url}/metrics")
+        assert status == 200, page
+
+
 def test_schedule_actions_need_the_token_and_act_once_confirmed() -> None:
     with Served(scheduled) as served:
         engine: Any = served.engine

@@ -170,12 +170,14 @@ LIMITS = [fusee.Limit("payments", concurrency=2, per_second=50.0), fusee.Limit("
 
 class Served:
     """An engine and the UI mounted at /ui, served on 127.0.0.1 from a background thread; with
-    ``full``, in ``fusee.http.app`` (as ``fusee serve`` serves it: Host and Origin checked)."""
+    ``full``, in ``fusee.http.app`` (as ``fusee serve`` serves it: Host and Origin checked); with
+    ``parts``, on a new parted directory at ``path``."""
 
     def __init__(self, setup: Callable[[fusee.Engine], Awaitable[Any]], path: str | None = None,
-                 full: bool = False) -> None:
+                 full: bool = False, parts: int | None = None) -> None:
         self.setup = setup
         self.path = path
+        self.parts = parts
         self.full = full
         self.sock = socket.socket()
         self.sock.bind(("127.0.0.1", 0))
@@ -211,7 +213,9 @@ class Served:
             self.ready.set()
 
     async def _main(self) -> None:
-        async with fusee.Engine.open(self.path, workflows=WORKFLOWS, limits=LIMITS) as engine:
+        # On parts, each limit's concurrency must cover every part (see docs/scale-out.md).
+        limits = LIMITS if self.parts is None else []
+        async with fusee.Engine.open(self.path, workflows=WORKFLOWS, limits=limits, parts=self.parts) as engine:
             self.engine = engine
             self.loop = asyncio.get_running_loop()
             await self.setup(engine)
