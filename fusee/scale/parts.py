@@ -352,12 +352,12 @@ class PartedSchedules(ScheduleList):
     holder did not answer (their schedules are missing from the list)."""
 
     def __init__(self, parted: PartedEngine) -> None:
-        super().__init__(ScheduleInfo.of(state) for slot in parted._slots if slot.is_owner
-                         for state in slot._schedule_states())
+        held = dict(parted._held())
+        super().__init__(ScheduleInfo.of(state) for slot in held.values() for state in slot._schedule_states())
         self.sort(key=lambda i: i.schedule_id)
         self._parted = parted
         #: The parts whose schedules are missing (not held here and, once awaited, not answered).
-        self.unanswered: tuple[int, ...] = tuple(p for p, slot in enumerate(parted._slots) if not slot.is_owner)
+        self.unanswered: tuple[int, ...] = tuple(p for p in range(parted.parts) if p not in held)
 
     def __await__(self) -> Generator[Any, None, ScheduleList]:
         return self._ask().__await__()
@@ -365,13 +365,17 @@ class PartedSchedules(ScheduleList):
     async def _ask(self) -> PartedSchedules:
         parted = self._parted
 
-        async def states(slot: Engine) -> builtins.list[dict[str, Any]]:
+        async def states(part: int) -> builtins.list[dict[str, Any]]:
+            moved = parted._moved.get(part)
+            if moved is not None:
+                await moved.wait()  # being handed over: ask its next engine
+            slot = parted._slots[part]
             if isinstance(slot, Follower):
                 return await asyncio.wait_for(slot.asked_schedule_states(), parted._route_timeout)
             await asyncio.sleep(0)
             return slot._schedule_states()
 
-        got = await asyncio.gather(*(states(slot) for slot in parted._slots), return_exceptions=True)
+        got = await asyncio.gather(*(states(p) for p in range(parted.parts)), return_exceptions=True)
         out = PartedSchedules.__new__(PartedSchedules)
         list.__init__(out, (ScheduleInfo.of(state) for answer in got if not isinstance(answer, BaseException)
                             for state in answer))
@@ -763,7 +767,8 @@ class PartedEngine(Engine):
         shards: builtins.list[ShardMetrics] = []
         for m in each:
             shards.extend(dataclasses.replace(sm, shard=len(shards)) for sm in m.shards)
-        held = [m for m, slot in zip(each, self._slots, strict=True) if slot.is_owner]
+        holding = dict(self._held())
+        held = [m for p, m in enumerate(each) if p in holding]
         stats: dict[str, int] = {}
         for m in held:
             for k, v in m.stats.items():
@@ -791,7 +796,7 @@ class PartedEngine(Engine):
         self._check_open()
         out: dict[str, LimitStatus] = {}
         for limit in self._options["limits"]:
-            held = [s.limits().get(limit.name) for s in self._slots if s.is_owner]
+            held = [s.limits().get(limit.name) for _, s in self._held()]
             out[limit.name] = LimitStatus(
                 limit.name, limit.concurrency, limit.per_second,
                 sum(h.in_use for h in held if h is not None), sum(h.waiting for h in held if h is not None))
@@ -817,18 +822,23 @@ class PartedEngine(Engine):
     @property
     def is_owner(self) -> bool:
         """Whether this process holds at least one part."""
-        return any(s.is_owner for s in self._slots)
+        return bool(self._held())
 
     @property
     def held_parts(self) -> builtins.list[int]:
-        """The parts this process holds (runs the workflows of) now."""
-        return [p for p, s in enumerate(self._slots) if s.is_owner]
+        """The parts this process holds (runs the workflows of) now; a part being handed over to
+        another process is not among them."""
+        return [p for p, _ in self._held()]
+
+    def _held(self) -> builtins.list[tuple[int, Engine]]:
+        """The parts this process holds now, with their engines (not the ones being handed over)."""
+        return [(p, s) for p, s in enumerate(self._slots) if s.is_owner and p not in self._moved]
 
     @property
     def epoch(self) -> int:
         """The largest epoch among the parts this process holds (0: it holds none); each part has
         its own (:meth:`part_epoch`)."""
-        return max((s.epoch for s in self._slots if s.is_owner), default=0)
+        return max((s.epoch for _, s in self._held()), default=0)
 
     @property
     def failure(self) -> BaseException | None:
