@@ -417,7 +417,9 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
         ``parts`` (set when a directory is created; an existing parted directory opens
         without it): the directory holds that many parts, each with its own log and lease, and
         every process that opens it holds a fair share of them and runs only their workflows
-        and steps, so throughput grows with processes (see docs/scale-out.md#parts).
+        and steps, so throughput grows with processes (see docs/scale-out.md#parts). Without
+        ``parts``, a directory created now gets the count the ``FUSEE_PARTS`` environment
+        variable gives, if it is set (``FUSEE_PARTS=4 uvicorn app:app --workers 4``).
 
         ``backup`` (a :class:`fusee.Backup`) copies what becomes durable to a
         local directory or S3-compatible storage in the background (never on

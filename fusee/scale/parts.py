@@ -112,6 +112,37 @@ def read_parts(root: str) -> int | None:
     return n
 
 
+#: The environment variable that gives the part count of a directory created without ``parts=``
+#: (so that ``FUSEE_PARTS=4 uvicorn app:app --workers 4`` splits the work with no code change).
+PARTS_ENV = "FUSEE_PARTS"
+
+
+def parts_from_env() -> int | None:
+    """The part count ``FUSEE_PARTS`` gives new directories, or None when it is unset or empty.
+    ValueError names a value that is not a part count."""
+    raw = os.environ.get(PARTS_ENV, "").strip()
+    if not raw:
+        return None
+    try:
+        n = int(raw)
+    except ValueError:
+        n = 0
+    if not 1 <= n <= MAX_PARTS:
+        raise ValueError(f"{PARTS_ENV}={raw!r} is not a part count: give an int from 1 to {MAX_PARTS} "
+                         "(the parts of a directory created without parts=), or unset it")
+    return n
+
+
+def is_new_directory(root: str) -> bool:
+    """Whether ``root`` holds no engine yet: missing, empty, or only what a parted directory's
+    creation in progress leaves (another process creating it at this moment)."""
+    try:
+        entries = os.listdir(root)
+    except FileNotFoundError:
+        return True
+    return all(e in (MEMBERS_DIR, PARTS_FILE) or e.startswith(f"{PARTS_FILE}.tmp") for e in entries)
+
+
 def create_parts(root: str, parts: int) -> int:
     """Makes ``root`` a parted directory of ``parts`` parts, or returns the count it already has.
 

@@ -19,7 +19,7 @@ from fusee.engine.engine import MEMORY_PATH, Engine, shared_directory
 from fusee.errors import DirectoryLocked, LeaseHeld
 from fusee.scale.follower import Follower
 from fusee.scale.owner import HELD_HERE, dir_key, open_owner
-from fusee.scale.parts import PartedEngine, read_parts
+from fusee.scale.parts import PartedEngine, is_new_directory, parts_from_env, read_parts
 from fusee.scale.places import DirectoryPlace, PostgresPlace
 from fusee.scale.tcp import parse_address
 from fusee.storage import postgres as pg_store
@@ -55,6 +55,10 @@ async def open_engine(
     options["workflows"] = list(options.get("workflows", ()))
     env, read_only = options.get("env"), bool(options.get("read_only", False))
     shared = shared_directory(path, env, read_only)
+    if parts is None and shared and not on_postgres:
+        default = parts_from_env()  # FUSEE_PARTS: the part count of a directory created now
+        if default is not None and read_parts(target) is None and is_new_directory(target):
+            parts = default
     if parts is not None or (path is not None and not on_postgres and read_parts(target) is not None):
         if not shared:
             raise ValueError("parts= applies to a directory on the real disk opened to write (not to "

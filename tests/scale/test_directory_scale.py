@@ -368,10 +368,11 @@ def _free_port() -> int:
         return port
 
 
-def run_demo_behind_uvicorn(target: str, workers: int, owner: Any) -> None:
+def run_demo_behind_uvicorn(target: str, workers: int, owner: Any, env: dict[str, str] | None = None) -> None:
     """The demo's orders behind ``uvicorn --workers N``, every worker on ``target`` (a directory or
     a PostgreSQL DSN): orders started through every worker, the owning worker (``owner()`` gives its
-    pid) SIGKILLed, more orders started, all approved and finished through the survivors."""
+    pid) SIGKILLed, more orders started, all approved and finished through the survivors. ``env``:
+    more environment for the workers."""
     pytest.importorskip("uvicorn")
     from concurrent.futures import ThreadPoolExecutor
 
@@ -380,7 +381,7 @@ def run_demo_behind_uvicorn(target: str, workers: int, owner: Any) -> None:
         [sys.executable, "-m", "uvicorn", "--app-dir", str(APP.parent), "uv_app:app", "--workers", str(workers),
          "--port", str(port), "--log-level", "warning"],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-        env=dict(os.environ, PYTHONPATH=str(ROOT), FUSEE_SCALE_DIR=target),
+        env=dict(os.environ, PYTHONPATH=str(ROOT), FUSEE_SCALE_DIR=target, **(env or {})),
     )
     try:
         def up() -> bool:

@@ -14,11 +14,17 @@ import pytest
 import fusee
 from fusee.errors import DirectoryLocked, InvalidQuery, NotAnEngineDirectory, ShardCountMismatch
 from fusee.scale.lease import read_owner
-from fusee.scale.parts import PartedEngine, part_of, read_parts
+from fusee.scale.parts import PARTS_ENV, PartedEngine, part_of, part_path, read_parts
 from fusee.storage.directory import read_epoch
 from fusee.storage.posix import PosixStorage
 from tests.helpers import finish, ledger
-from tests.scale.test_directory_scale import APP, check_after_kill, spawn, until
+from tests.scale.test_directory_scale import (
+    APP,
+    check_after_kill,
+    run_demo_behind_uvicorn,
+    spawn,
+    until,
+)
 
 KIDS: dict[str, int] = {}
 
@@ -214,3 +220,49 @@ def test_three_holders_sigkill_one_mid_load(tmp_path: Path, parts: int, monkeypa
         results.update(done)
 
     check_after_kill(d, results, killed_acks)
+
+
+def test_fusee_parts_gives_new_directories_their_parts(tmp_path: Path, monkeypatch: Any) -> None:
+    async def opened(path: Path) -> Any:
+        async with fusee.Engine.open(path, workflows=[kid]) as eng:
+            assert await eng.execute(kid, "k", 1, if_finished="attach") == 2
+            return type(eng), getattr(eng, "parts", None)
+
+    plain = tmp_path / "plain"
+    assert asyncio.run(opened(plain)) == (fusee.Engine, None)
+    monkeypatch.setenv(PARTS_ENV, "3")
+    assert asyncio.run(opened(tmp_path / "new")) == (PartedEngine, 3)
+    assert read_parts(str(tmp_path / "new")) == 3
+    # A directory that exists keeps what it is: the variable is for directories created now.
+    assert asyncio.run(opened(plain)) == (fusee.Engine, None)
+    monkeypatch.setenv(PARTS_ENV, "2")
+    assert asyncio.run(opened(tmp_path / "new")) == (PartedEngine, 3)
+    for bad in ("0", "four", str(10**6)):
+        monkeypatch.setenv(PARTS_ENV, bad)
+        with pytest.raises(ValueError, match=PARTS_ENV):
+            asyncio.run(opened(tmp_path / f"bad-{bad}"))
+        assert not (tmp_path / f"bad-{bad}").exists(), "a refused open creates nothing"
+    monkeypatch.setenv(PARTS_ENV, "")
+    assert asyncio.run(opened(tmp_path / "empty-var")) == (fusee.Engine, None)
+
+
+def test_uvicorn_workers_split_a_new_directory_by_fusee_parts(tmp_path: Path) -> None:
+    """No code change: FUSEE_PARTS=4 in the environment, and the two uvicorn workers of an app that
+    opens the directory each hold parts; the holder of part 0 SIGKILLed, the other takes it over."""
+    d = tmp_path / "data"
+    seen: list[tuple[int, str, int]] = []
+
+    def owner() -> int:
+        def split() -> bool:
+            owners = [read_owner(part_path(str(d), p)) for p in range(4)]
+            return all(o is not None for o in owners) and len({o[2] for o in owners if o}) == 2
+
+        until(split, [])
+        found = read_owner(part_path(str(d), 0))
+        assert found is not None
+        seen.append(found)
+        return found[2]
+
+    run_demo_behind_uvicorn(str(d), 2, owner, env={PARTS_ENV: "4"})
+    assert read_parts(str(d)) == 4
+    assert read_epoch(PosixStorage(), part_path(str(d), 0)) > seen[0][0], "part 0 was taken over"
