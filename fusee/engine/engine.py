@@ -350,9 +350,10 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
         whatever ``park_after`` says (a bad size raises
         :class:`fusee.errors.InvalidSize`). ``metrics().loaded_bytes`` is what the
         loaded runs are counted as holding (docs/operations.md says what it counts).
-        ``recovery_batch``: unfinished runs replay that many at a time; the open
-        returns once the first batch is loaded and the others follow in the
-        background, each after the loop had a turn, so the first runs go on while
+        ``recovery_batch``: unfinished runs replay that many at a time (fewer when
+        a batch has replayed for 10 ms); the open returns once the first batch is
+        loaded and the others follow in the background, each after the loop had a
+        turn, so the first runs (and the other engines of the process) go on while
         later ones wait (``metrics().runs_to_load``). A run something arrives for
         (a signal, a query, a timer) is loaded at once, before its turn.
 

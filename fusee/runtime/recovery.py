@@ -143,10 +143,19 @@ def resume_all(rt: RecoveryHost) -> None:
         rt.spawn(load_rest(rt))
 
 
+#: How long one batch of recovery replays before it lets the loop take a turn (the rest wait for
+#: the next batch): a long journal's replay must not stall the other engines of the process
+#: (the other parts it holds) for as long as all of it takes.
+LOAD_TURN_S = 0.01
+
+
 def load_batch(rt: RecoveryHost) -> None:
-    """Loads and replays the next ``load_room`` queued runs (those that still wait to load)."""
+    """Loads and replays the next queued runs (those that still wait to load): at most
+    ``load_room`` of them, and no more once the batch has replayed for :data:`LOAD_TURN_S`."""
     room = loaded = rt.load_room
     queue, to_load = rt.load_queue, rt.to_load
+    clock = rt.env.monotonic
+    until = clock() + LOAD_TURN_S
     rt.limiter.recovering = True  # steps issued now may have run before the crash
     try:
         while room > 0 and queue:
@@ -155,6 +164,8 @@ def load_batch(rt: RecoveryHost) -> None:
                 continue  # loaded out of turn, ended or replaced meanwhile
             rt._load_run(st)
             room -= 1
+            if clock() >= until:
+                break
     finally:
         rt.limiter.recovering = False
     if room < loaded:
