@@ -430,7 +430,8 @@ class PartedEngine(Engine):
     parts: int
     closed: bool
     _slots: list[Engine]
-    _member: Membership
+    #: This process's member slot (None: a read-only view, which holds nothing).
+    _member: Membership | None
     _options: dict[str, Any]
     _route_timeout: float
     _floop: asyncio.AbstractEventLoop
@@ -458,36 +459,21 @@ class PartedEngine(Engine):
                                          "the part count is fixed when the directory is created")
         limits = tuple(options.get("limits", ()))
         check_limits(limits, count)
-        options = {**options, "limits": limits}
-        self = object.__new__(cls)
-        self._pid = os.getpid()
-        self.root = root
-        self.parts = count
-        self.closed = self._closed = False
-        self._read_only = False
-        self._route_server = None
-        self._on_release = []
-        self._telemetry = None
-        self._options = options
-        self._route_timeout = route_timeout
-        self._floop = loop
-        self._rebalancer = None
-        self._moving = asyncio.Lock()
-        self._moved = {}
+        self = cls._blank(root, count, {**options, "limits": limits}, route_timeout, read_only=False)
         self._member = await loop.run_in_executor(None, Membership, root)
-        self._slots = []
         key = dir_key(root)
+        member = self._member
         try:
-            live = self._member.live()
+            live = member.live()
             if exclusive and len(live) > 1:
                 raise DirectoryLocked(root, None)
             for p in range(count):
-                self._slots.append(await self._open_part(p, desired_holder(p, live) == self._member.slot))
+                self._slots.append(await self._open_part(p, desired_holder(p, live) == member.slot))
         except BaseException:
             for s in self._slots:
                 with contextlib.suppress(Exception):
                     await s.close()
-            self._member.release()
+            member.release()
             raise
         if key is not None:
             HELD_HERE.add(key)
@@ -495,17 +481,70 @@ class PartedEngine(Engine):
         self._rebalancer = loop.create_task(self._rebalance())
         return self
 
+    @classmethod
+    async def open_view(cls, root: str, options: dict[str, Any]) -> PartedEngine:
+        """A read-only view of the parted directory ``root`` (``Engine.open(read_only=True)``):
+        every part opened read-only (no lock, no write, no workflow code run), reads merged as
+        on a holder; it holds nothing and takes no member slot."""
+        loop = asyncio.get_running_loop()
+        count = await loop.run_in_executor(None, read_parts, root)
+        if count is None:
+            raise NotAnEngineDirectory(f"{root} is not a parted engine directory")
+        self = cls._blank(root, count, {**options, "limits": tuple(options.get("limits", ()))}, 1.0,
+                          read_only=True)
+        try:
+            for p in range(count):
+                self._slots.append(await Engine.open(part_path(root, p), **self._options))
+        except BaseException:
+            for slot in self._slots:
+                with contextlib.suppress(Exception):
+                    await slot.close()
+            raise
+        return self
+
+    @classmethod
+    def _blank(cls, root: str, count: int, options: dict[str, Any], route_timeout: float, *,
+               read_only: bool) -> PartedEngine:
+        """The engine's fields, every one set here; no part opened yet."""
+        self = object.__new__(cls)
+        self._pid = os.getpid()
+        self.root = root
+        self.parts = count
+        self.closed = self._closed = False
+        self._read_only = read_only
+        self._route_server = None
+        self._on_release = []
+        self._telemetry = None
+        self._options = options
+        self._route_timeout = route_timeout
+        self._floop = asyncio.get_running_loop()
+        self._rebalancer = None
+        self._moving = asyncio.Lock()
+        self._moved = {}
+        self._member = None
+        self._slots = []
+        return self
+
+    @property
+    def recovered_records(self) -> int:  # type: ignore[override]
+        """The log records every part's open read after its checkpoint (a held part's; 0 for one
+        followed)."""
+        return sum(getattr(slot, "recovered_records", 0) for slot in self._slots)
+
     def _part_options(self, part: int) -> dict[str, Any]:
         limits = tuple(part_share(limit, part, self.parts) for limit in self._options["limits"])
         return {**self._options, "limits": limits, "_mail": PartMail(self, part)}
 
     def _falls_here(self, part: int) -> bool:
         """Whether part ``part`` falls to this process now (called on a lease's waiting thread too)."""
+        member = self._member
+        if member is None:
+            return False
         try:
-            live = self._member.live()
+            live = member.live()
         except OSError:
             return False
-        return not self.closed and desired_holder(part, live) == self._member.slot
+        return not self.closed and desired_holder(part, live) == member.slot
 
     async def _open_part(self, part: int, hold: bool) -> Engine:
         path = part_path(self.root, part)
@@ -523,14 +562,16 @@ class PartedEngine(Engine):
 
     async def _rebalance(self) -> None:
         """Hands over, one at a time, the parts this process holds that fall to another member now."""
+        member = self._member
+        assert member is not None, "a read-only view hands nothing over"
         while not self.closed:
             await asyncio.sleep(REBALANCE_EVERY_S)
             try:
-                live = await self._floop.run_in_executor(None, self._member.live)
+                live = await self._floop.run_in_executor(None, member.live)
             except OSError:
                 continue
             for p, slot in enumerate(self._slots):
-                if slot.is_owner and desired_holder(p, live) != self._member.slot:
+                if slot.is_owner and desired_holder(p, live) != member.slot:
                     await self._hand_over(p)
                     break
 
@@ -924,7 +965,8 @@ class PartedEngine(Engine):
                     await slot.close(grace)
                 except Exception as e:
                     logger.error("closing a part of %s: %s", self.root, e)
-        self._member.release()
+        if self._member is not None:
+            self._member.release()
         for released in self._on_release:
             released()
 

@@ -60,9 +60,12 @@ async def open_engine(
         if default is not None and read_parts(target) is None and is_new_directory(target):
             parts = default
     if parts is not None or (path is not None and not on_postgres and read_parts(target) is not None):
+        if parts is None and read_only and env is None:
+            return await PartedEngine.open_view(target, options)  # every part read-only, reads merged
         if not shared:
             raise ValueError("parts= applies to a directory on the real disk opened to write (not to "
-                             "memory, a PostgreSQL DSN, env=..., or read_only=True yet)")
+                             "memory, a PostgreSQL DSN or env=...); a parted directory opens "
+                             "read_only=True without parts=")
         if dir_key(target) in HELD_HERE:
             raise DirectoryLocked(target, os.getpid())
         return await PartedEngine.open_parted(target, parts, options, route_timeout, exclusive=exclusive)

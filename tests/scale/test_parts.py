@@ -266,3 +266,44 @@ def test_uvicorn_workers_split_a_new_directory_by_fusee_parts(tmp_path: Path) ->
     run_demo_behind_uvicorn(str(d), 2, owner, env={PARTS_ENV: "4"})
     assert read_parts(str(d)) == 4
     assert read_epoch(PosixStorage(), part_path(str(d), 0)) > seen[0][0], "part 0 was taken over"
+
+
+def test_a_parted_directory_reads_offline_while_a_process_holds_it(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """read_only=True (and so the offline `fusee` commands) opens every part read-only and merges
+    the reads, beside a live holder; it writes nothing and refuses to act."""
+    from fusee.cli import main as cli
+
+    d = tmp_path / "data"
+    holder = spawn("-c", HOLDER, str(d))
+    assert holder.stdout is not None
+    assert "opened" in json.loads(holder.stdout.readline())
+    try:
+        async def fill() -> None:
+            async with fusee.Engine.open(d, workflows=[kid, parent, sink], route_timeout=60) as eng:
+                assert await eng.execute(parent, "q", 12) == sum(2 * i for i in range(12))
+
+        asyncio.run(fill())
+
+        async def view() -> None:
+            async with fusee.Engine.open(d, read_only=True, workflows=[kid, parent, sink]) as eng:
+                assert isinstance(eng, PartedEngine) and eng.held_parts == [] and not eng.is_owner
+                assert sorted(r.workflow_id for r in eng.runs()) == sorted(["q", *(f"q-kid-{i}" for i in range(12))])
+                counts = eng.counts()
+                assert counts["ok"] == 13 and sum(counts.values()) == 13
+                assert eng.describe("q-kid-5").status == "ok"
+                assert [type(r).__name__ for r in await eng.journal("q-kid-5")] == ["Start", "Step", "Done"]
+                with pytest.raises(fusee.FuseeError):
+                    await eng.start(kid, "new-run", 1)
+
+        asyncio.run(view())
+        assert cli(["runs", str(d), "--json", "--limit", "100"]) == 0
+        items = json.loads(capsys.readouterr().out)["items"]
+        assert len(items) == 13 and {s["status"] for s in items} == {"ok"}
+        assert cli(["count", str(d), "--json"]) == 0
+        assert json.loads(capsys.readouterr().out)["counts"]["ok"] == 13
+        (d / "release").touch()
+        finish(holder)
+    finally:
+        if holder.poll() is None:
+            holder.kill()
