@@ -1535,6 +1535,11 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
         if before_step is not None and not isinstance(before_step, str):
             raise TypeError(f"before_step must be a step's name (a str) or None, got {before_step!r}")
         journal = await asyncio.get_running_loop().run_in_executor(None, journal_file.read, path)
+        return await self._import_records(journal, workflow_id, before_step)
+
+    async def _import_records(self, journal: list[rec.Record], workflow_id: str | None,
+                              before_step: str | None) -> RunHandle[Any]:
+        """:meth:`import_journal` of records already read."""
         self._check_open()
         st, lsn = self._rt.import_run(journal, workflow_id, before_step)
         run_id = st.run_id

@@ -580,6 +580,13 @@ class Follower(Engine):
         self._stale()
         return self._handle(got)
 
+    async def _import_records(self, journal: list[rec.Record], workflow_id: str | None,
+                              before_step: str | None) -> RunHandle[Any]:
+        got = await self._route("import_records", [journal_file.dumps(journal), workflow_id, before_step],
+                                safe=False)
+        self._stale()
+        return self._handle(got)
+
     async def cancel(self, workflow_id: str, reason: str = "", *, by: str | None = None) -> None:
         """See :meth:`fusee.Engine.cancel` (sent again after a takeover: a second request is harmless)."""
         await self._route("cancel", [self._check_id(workflow_id), str(reason), by], safe=True)

@@ -44,10 +44,12 @@ from typing import Any
 
 import msgspec
 
+from fusee import journal_file
 from fusee.definitions import WorkflowDef
 from fusee.engine.engine import Engine, RunHandle, RunSummary
 from fusee.engine.visibility import Metrics, RunPage, ShardMetrics
 from fusee.errors import (
+    CorruptRecord,
     DirectoryLocked,
     EngineClosed,
     FencedSender,
@@ -699,13 +701,31 @@ class PartedEngine(Engine):
     ) -> RunHandle[Any]:
         wid = self._check_id(workflow_id)
         if new_id is not None and part_of(new_id, self.parts) != part_of(wid, self.parts):
-            raise FuseeError(
-                f"fork({wid!r}, {new_id!r}): the new ID lives on part {part_of(new_id, self.parts)} and the "
-                f"original on part {part_of(wid, self.parts)}, and a fork across parts is not supported yet; "
-                "choose a new ID on the original's part (fusee.scale.parts.part_of(new_id, engine.parts) "
-                "== part_of(workflow_id, engine.parts))")
+            if before_position is not None or version is not None or not reapply_signals:
+                raise FuseeError(
+                    f"fork({wid!r}, {new_id!r}): the new ID lives on another part than the original, and a "
+                    "fork across parts takes before_step= only (the original's durable journal is imported "
+                    "there, cut before that step, with the signals after the cut delivered again); choose "
+                    "a new ID on the original's part (fusee.scale.parts.part_of) for before_position= or "
+                    "version=")
+            # The original's journal, imported on the new ID's part as import_journal would.
+            journal = await self._on_part(wid, "journal", wid)
+            return self._rebind(await self._on_part(new_id, "_import_records", journal, new_id, before_step))
         return self._rebind(await self._on_part(wid, "_reset", wid, new_id, before_step, before_position,
                                                 reapply_signals, version, by))
+
+    async def import_journal(self, path: Any, workflow_id: str | None = None,
+                             before_step: str | None = None) -> RunHandle[Any]:
+        """See :meth:`fusee.Engine.import_journal`: the run is made on the part of its ID."""
+        self._check_open()
+        if before_step is not None and not isinstance(before_step, str):
+            raise TypeError(f"before_step must be a step's name (a str) or None, got {before_step!r}")
+        journal = await asyncio.get_running_loop().run_in_executor(None, journal_file.read, path)
+        start = journal[0] if journal else None
+        wid = self._check_id(workflow_id) if workflow_id is not None else getattr(start, "id", None)
+        if not isinstance(wid, str):
+            raise CorruptRecord(f"{path} holds no Start record: it is not a journal Fusee exported")
+        return self._rebind(await self._on_part(wid, "_import_records", journal, wid, before_step))
 
     # --- schedules, windows and keyed objects: each is a run on the part of its ID ------------
 

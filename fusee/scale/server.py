@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from fusee import codec, sabotage
+from fusee import codec, journal_file, sabotage
 from fusee.core import records as rec
 from fusee.definitions import QueryDef, SignalDef, UpdateDef
 from fusee.errors import AlreadyExists, FencedSender, FuseeError
@@ -157,6 +157,11 @@ async def _reset(eng: Engine, wid: str, new_id: str | None, before_step: str | N
     return [h.workflow_id, h.run_id]
 
 
+async def _import_records(eng: Engine, data: bytes, wid: str | None, before_step: str | None) -> Any:
+    h = await eng._import_records(journal_file.loads(data, "a routed journal"), wid, before_step)
+    return [h.workflow_id, h.run_id]
+
+
 async def _journal(eng: Engine, wid: str) -> Any:
     return [rec.encode(r) for r in await eng.journal(wid)]
 
@@ -213,6 +218,7 @@ CALLS: dict[str, Callable[..., Awaitable[Any]]] = {
     "start": _start, "result": _result, "signal": _signal, "query": _query, "update": _update,
     "update_with_start": _update_with_start, "cancel": _cancel, "terminate": _terminate, "resume": _resume,
     "complete": _complete, "fail_completion": _fail_completion, "reset": _reset, "journal": _journal,
+    "import_records": _import_records,
     "read_stream": _read_stream, "checkpoint": _checkpoint, "schedule": _schedule,
     "schedule_state": _schedule_state, "schedules": _schedules, "enqueue": _enqueue, "ping": _ping,
     "relay": _relay,

@@ -54,12 +54,16 @@ async def add(ctx: fusee.ObjectCtx[Counter], k: int) -> int:
     return state.n
 
 
+def count(key: str) -> int:
+    """A step's effect: how many times it has run for ``key`` (this one included)."""
+    RAN[key] = RAN.get(key, 0) + 1
+    return RAN[key]
+
+
 @fusee.workflow("pf-two-steps")
 async def two_steps(ctx: fusee.Ctx) -> list[int]:
-    a = await ctx.step("a", lambda: RAN.setdefault(f"{ctx.workflow_id}/a", 0) + 1)
-    RAN[f"{ctx.workflow_id}/a"] = a
-    b = await ctx.step("b", lambda: RAN.setdefault(f"{ctx.workflow_id}/b", 0) + 1)
-    RAN[f"{ctx.workflow_id}/b"] = b
+    a = await ctx.step("a", count, f"{ctx.workflow_id}/a")
+    b = await ctx.step("b", count, f"{ctx.workflow_id}/b")
     return [a, b]
 
 
@@ -166,11 +170,22 @@ def test_schedules_windows_objects_reset_fork_and_bulk_on_every_part(tmp_path: P
                 assert await h.result() == [1, 2], "the reset run ran step b again, not a"
                 twin = next(f"{wid}-f{i}" for i in range(1000) if part_of(f"{wid}-f{i}", PARTS) == p)
                 assert await (await eng.fork(wid, twin, before_step="b")).result() == [1, 1]
+                # A fork onto another part: the journal is imported there, cut before step b.
                 elsewhere = next(f"{wid}-g{i}" for i in range(1000) if part_of(f"{wid}-g{i}", PARTS) != p)
-                with pytest.raises(fusee.FuseeError, match="across parts"):
-                    await eng.fork(wid, elsewhere, before_step="b")
+                with pytest.raises(fusee.FuseeError, match="before_step= only"):
+                    await eng.fork(wid, elsewhere, before_position=1)
                 with pytest.raises(fusee.NotFound):
                     eng.describe(elsewhere)
+                assert await (await eng.fork(wid, elsewhere, before_step="b")).result() == [1, 1]
+                assert f"{elsewhere}/a" not in RAN and RAN[f"{elsewhere}/b"] == 1, "a replayed, b ran"
+                assert eng.describe(elsewhere).status == "ok"
+                assert await eng.get(wid).result() == [1, 2], "the original is left alone"
+                # import_journal lands a run on the part of its ID.
+                path = tmp_path / f"{wid}.fjnl"
+                await eng.export(wid, path)
+                imported = next(f"{wid}-i{i}" for i in range(1000) if part_of(f"{wid}-i{i}", PARTS) != p)
+                assert await (await eng.import_journal(path, imported, before_step="b")).result() == [1, 1]
+                assert f"{imported}/a" not in RAN and RAN[f"{imported}/b"] == 1
 
             # Bulk: a query across parts, acted on wherever each run lives.
             sleepers = [f"z{i}" for i in range(12)]
@@ -249,6 +264,12 @@ def test_schedules_and_objects_held_by_another_process(tmp_path: Path) -> None:
             wk = on_part("w", theirs, 2, wrap=windows.coordinator_id(window.name, "{}"))
             r = await eng.enqueue(window, wk, "e1")
             assert await result_of(eng, r.window_id) == 1
+            # A fork from a run here onto the other process's part (its journal routed there).
+            here = on_part("x", eng.held_parts[0], 2)
+            assert await eng.execute(two_steps, here) == [1, 1]
+            there = on_part("xf", theirs, 2)
+            assert await (await eng.fork(here, there, before_step="b")).result() == [1, 1]
+            assert [type(x).__name__ for x in await eng.journal(there)][-1] == "Done"
         (d / "release").touch()
 
     try:
