@@ -1,7 +1,7 @@
 """Parts (issue 24): one fan-out through 1, 2 and 4 processes on a parted directory.
 
     .venv/bin/python bench/parts_scale.py [--runs 2000] [--steps 10] [--parts 4] [--procs 1,2,4]
-        [--trials 5] [--local] [--json]
+        [--trials 5] [--local] [--json] [--dsn postgresql://...]
 
 Each trial makes a new directory with ``--parts`` parts and starts N processes
 on it. Once every process holds its share (``parts / N`` parts each), they all
@@ -11,7 +11,8 @@ and results are routed to another process. Durable steps/s = every step of
 every process over the time from the first start to the last result. Prints
 the median and the spread per process count, and the ratio to one process
 measured in the same run. ``--local``: each process starts only workflows of
-its own parts (nothing routed), the ceiling routing leaves. ``--json``: also
+its own parts (nothing routed), the ceiling routing leaves. ``--dsn``: the parts on a
+PostgreSQL namespace (a new one per trial) instead of a directory. ``--json``: also
 prints the figures as a ``make bench`` result (``bench/run_all.py`` renders them).
 """
 
@@ -49,9 +50,13 @@ async def chain(ctx, steps: int) -> int:
     return v
 
 async def main():
-    d, me, procs, runs, steps, parts, local = sys.argv[1:8]
+    d, me, procs, runs, steps, parts, local, dsn, ns = sys.argv[1:10]
     me, procs, runs, steps, parts = int(me), int(procs), int(runs), int(steps), int(parts)
-    eng = await fusee.Engine.open(d, parts=parts, workflows=[chain], route_timeout=120)
+    if dsn:
+        os.makedirs(d, exist_ok=True)  # for the ready and done files
+        eng = await fusee.Engine.open(dsn, namespace=ns, parts=parts, workflows=[chain], route_timeout=120)
+    else:
+        eng = await fusee.Engine.open(d, parts=parts, workflows=[chain], route_timeout=120)
     while len(eng._member.live()) < procs or len(eng.held_parts) != parts // procs:
         await asyncio.sleep(0.02)
     open(f"{d}/ready-{me}", "w").close()
@@ -74,12 +79,13 @@ asyncio.run(main())
 """
 
 
-def trial(procs: int, runs: int, steps: int, parts: int, local: bool) -> float:
+def trial(procs: int, runs: int, steps: int, parts: int, local: bool, dsn: str | None = None) -> float:
     d = tempfile.mkdtemp(prefix="fusee-parts-", dir=os.environ.get("BENCH_DIR"))
+    ns = f"bench_{os.urandom(4).hex()}"  # a new namespace per trial (PostgreSQL)
     try:
         env = dict(os.environ, PYTHONPATH=str(ROOT))
         ps = [subprocess.Popen([sys.executable, "-c", WORKER, f"{d}/data", str(i), str(procs), str(runs // procs),
-                                str(steps), str(parts), "1" if local else "0"],
+                                str(steps), str(parts), "1" if local else "0", dsn or "", ns],
                                stdout=subprocess.PIPE, text=True, env=env) for i in range(procs)]
         outs = []
         for p in ps:
@@ -102,16 +108,17 @@ def main() -> None:
     ap.add_argument("--trials", type=int, default=5)
     ap.add_argument("--local", action="store_true")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--dsn", default=None, help="a PostgreSQL DSN: each trial a new namespace of --parts parts")
     a = ap.parse_args()
     counts = [int(x) for x in a.procs.split(",")]
     rates: dict[int, list[float]] = {n: [] for n in counts}
     for _ in range(a.trials):  # interleaved, so that a noisy minute hits every count alike
         for n in counts:
-            rates[n].append(trial(n, a.runs, a.steps, a.parts, a.local))
+            rates[n].append(trial(n, a.runs, a.steps, a.parts, a.local, a.dsn))
     base = statistics.median(rates[counts[0]])
     if a.json:
         common.emit_result({
-            "workload": "parts_fanout", "runs": a.runs, "steps": a.steps, "parts": a.parts,
+            "workload": "parts_fanout_pg" if a.dsn else "parts_fanout", "runs": a.runs, "steps": a.steps, "parts": a.parts,
             "trials": a.trials, "local": a.local,
             **{f"steps_per_s_{n}": statistics.median(rates[n]) for n in counts},
             **{f"min_{n}": min(rates[n]) for n in counts}, **{f"max_{n}": max(rates[n]) for n in counts},

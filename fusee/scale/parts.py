@@ -56,6 +56,8 @@ from fusee.errors import (
     FuseeError,
     InvalidQuery,
     InvalidSchedule,
+    LeaseHeld,
+    LeaseLost,
     NotAnEngineDirectory,
     OutcomeUnknown,
     OwnerUnreachable,
@@ -296,6 +298,43 @@ class PartPlace(DirectoryPlace):
         return _GatedLease(self.target, self._gate)
 
 
+class DirectoryHome:
+    """Where a parted directory's parts live: ``<dir>/parts``, member slots by ``flock``, and each
+    part an engine directory (``<dir>/part-NNN``). :class:`fusee.scale.pg_parts.PostgresHome`
+    answers the same for a PostgreSQL namespace."""
+
+    def __init__(self, root: str) -> None:
+        self.root = self.label = root
+        self.key = dir_key(root)
+
+    def read_parts(self) -> int | None:
+        return read_parts(self.root)
+
+    def create_parts(self, parts: int) -> int:
+        return create_parts(self.root, parts)
+
+    def join(self) -> Membership:
+        return Membership(self.root)
+
+    def part_target(self, part: int) -> str:
+        return part_path(self.root, part)
+
+    def part_options(self, part: int) -> dict[str, Any]:
+        return {}
+
+    def part_place(self, part: int, gate: Callable[[], bool]) -> PartPlace:
+        return PartPlace(part_path(self.root, part), gate)
+
+    def prepare_part(self, part: int) -> None:
+        os.makedirs(part_path(self.root, part), exist_ok=True)
+
+    def part_epoch(self, part: int) -> int:
+        return read_epoch(PosixStorage(), part_path(self.root, part))
+
+    def close(self) -> None:
+        pass
+
+
 def part_share(limit: Limit, part: int, parts: int) -> Limit:
     """What part ``part`` of ``parts`` enforces of ``limit``: its share of the concurrency
     (``concurrency // parts``, one more for each of the first ``concurrency % parts`` parts) and
@@ -335,7 +374,7 @@ class PartMail:
         parted = self._parted
         target = part_of(mail_target(kind, args), parted.parts)
         data = msgspec.msgpack.encode(args)
-        epoch = parted.part_epoch(self.part)
+        epoch = parted._slots[self.part].epoch  # the part is held here: its engine's epoch
         delay = 0.005
         while not parted.closed:
             try:
@@ -353,7 +392,8 @@ class PartMail:
 
     def fenced(self, part: int, epoch: int) -> bool:
         """Whether a sender of part ``part`` under ``epoch`` has been replaced by a newer holder."""
-        return read_epoch(PosixStorage(), part_path(self._parted.root, part)) > epoch
+        newest: int = self._parted._home.part_epoch(part)
+        return newest > epoch
 
 
 def _not_on_parts() -> FuseeError:
@@ -433,7 +473,11 @@ class PartedEngine(Engine):
     closed: bool
     _slots: list[Engine]
     #: This process's member slot (None: a read-only view, which holds nothing).
-    _member: Membership | None
+    _member: Any
+    #: Where the parts live (a directory's, or a PostgreSQL namespace's: fusee.scale.pg_parts).
+    _home: Any
+    _route_address: str | None
+    _route_tls: Any
     _options: dict[str, Any]
     _route_timeout: float
     _floop: asyncio.AbstractEventLoop
@@ -443,32 +487,40 @@ class PartedEngine(Engine):
     _moved: dict[int, asyncio.Event]
 
     @classmethod
-    async def open_parted(cls, root: str, parts: int | None, options: dict[str, Any],
-                          route_timeout: float, *, exclusive: bool = False) -> PartedEngine:
-        """The engine of this process on the parted directory ``root`` (created with ``parts``
-        parts if it is new). ``exclusive``: :class:`fusee.errors.DirectoryLocked` if another
-        process has it open."""
+    async def open_parted(cls, root: str | Any, parts: int | None, options: dict[str, Any],
+                          route_timeout: float, *, exclusive: bool = False, route_address: str | None = None,
+                          route_tls: Any = None) -> PartedEngine:
+        """The engine of this process on the parted directory ``root`` (or the parts home given:
+        a PostgreSQL namespace's), created with ``parts`` parts if it is new. ``exclusive``:
+        :class:`fusee.errors.DirectoryLocked` if another process has it open."""
         loop = asyncio.get_running_loop()
+        home = DirectoryHome(root) if isinstance(root, str) else root
+        label = home.label
         if parts is None:
-            found = await loop.run_in_executor(None, read_parts, root)
+            found = await loop.run_in_executor(None, home.read_parts)
             if found is None:
-                raise NotAnEngineDirectory(f"{root} is not a parted engine directory")
+                raise NotAnEngineDirectory(f"{label} is not a parted engine directory")
             count = found
         else:
-            count = await loop.run_in_executor(None, create_parts, root, parts)
+            if not isinstance(parts, int) or isinstance(parts, bool) or not 1 <= parts <= MAX_PARTS:
+                raise ValueError(f"parts must be an int from 1 to {MAX_PARTS}, not {parts!r}")
+            count = await loop.run_in_executor(None, home.create_parts, parts)
             if count != parts:
-                raise ShardCountMismatch(f"{root} was created with {count} parts, not {parts}: "
+                raise ShardCountMismatch(f"{label} was created with {count} parts, not {parts}: "
                                          "the part count is fixed when the directory is created")
         limits = tuple(options.get("limits", ()))
         check_limits(limits, count)
-        self = cls._blank(root, count, {**options, "limits": limits}, route_timeout, read_only=False)
-        self._member = await loop.run_in_executor(None, Membership, root)
-        key = dir_key(root)
+        self = cls._blank(label, count, {**options, "limits": limits}, route_timeout, read_only=False)
+        self._home = home
+        self._route_address = route_address
+        self._route_tls = route_tls
+        self._member = await loop.run_in_executor(None, home.join)
+        key = home.key
         member = self._member
         try:
             live = member.live()
             if exclusive and len(live) > 1:
-                raise DirectoryLocked(root, None)
+                raise DirectoryLocked(label, None)
             for p in range(count):
                 self._slots.append(await self._open_part(p, desired_holder(p, live) == member.slot))
         except BaseException:
@@ -525,6 +577,9 @@ class PartedEngine(Engine):
         self._moved = {}
         self._member = None
         self._slots = []
+        self._home = DirectoryHome(root)
+        self._route_address = None
+        self._route_tls = None
         return self
 
     @property
@@ -549,18 +604,18 @@ class PartedEngine(Engine):
         return not self.closed and desired_holder(part, live) == member.slot
 
     async def _open_part(self, part: int, hold: bool) -> Engine:
-        path = part_path(self.root, part)
-        opts = self._part_options(part)
+        home = self._home
+        target = home.part_target(part)
+        opts = {k: v for k, v in {**self._part_options(part), **home.part_options(part)}.items() if k != "read_only"}
         if hold:
             try:
-                return await open_owner(Engine, path, {k: v for k, v in opts.items() if k != "read_only"},
-                                        claim=False)
-            except DirectoryLocked:
+                return await open_owner(Engine, target, opts, route_address=self._route_address,
+                                        route_tls=self._route_tls, claim=False)
+            except (DirectoryLocked, LeaseHeld):
                 pass  # another member still holds it: it hands it over when it sees us
-        os.makedirs(path, exist_ok=True)
-        return await Follower.follow(PartPlace(path, lambda: self._falls_here(part)),
-                                     {k: v for k, v in opts.items() if k != "read_only"},
-                                     self._route_timeout)
+        await self._floop.run_in_executor(None, home.prepare_part, part)
+        return await Follower.follow(home.part_place(part, lambda: self._falls_here(part)), opts,
+                                     self._route_timeout, self._route_address, self._route_tls)
 
     async def _rebalance(self) -> None:
         """Hands over, one at a time, the parts this process holds that fall to another member now."""
@@ -573,7 +628,10 @@ class PartedEngine(Engine):
             except OSError:
                 continue
             for p, slot in enumerate(self._slots):
-                if slot.is_owner and desired_holder(p, live) != member.slot:
+                # A part whose lease lapsed (a pause past it: another holder took it) goes back to
+                # following, so that it can come back here when it falls here again.
+                lapsed = isinstance(slot.failure, LeaseLost)
+                if slot.is_owner and (lapsed or desired_holder(p, live) != member.slot):
                     await self._hand_over(p)
                     break
 
@@ -594,8 +652,9 @@ class PartedEngine(Engine):
     # --- routing ----------------------------------------------------------------------
 
     def part_epoch(self, part: int) -> int:
-        """The epoch of part ``part``'s holder as its directory says."""
-        return read_epoch(PosixStorage(), part_path(self.root, part))
+        """The epoch of part ``part``'s holder as its directory (or namespace) says."""
+        epoch: int = self._home.part_epoch(part)
+        return epoch
 
     async def relay(self, part: int, args: list[Any]) -> None:
         """Delivers a message to part ``part``'s runtime (here or at its holder)."""
@@ -987,6 +1046,7 @@ class PartedEngine(Engine):
                     logger.error("closing a part of %s: %s", self.root, e)
         if self._member is not None:
             self._member.release()
+        self._home.close()
         for released in self._on_release:
             released()
 

@@ -11,6 +11,7 @@ unless ``exclusive=True``.
 
 from __future__ import annotations
 
+import asyncio
 import os
 from typing import Any
 
@@ -19,9 +20,17 @@ from fusee.engine.engine import MEMORY_PATH, Engine, shared_directory
 from fusee.errors import DirectoryLocked, LeaseHeld
 from fusee.scale.follower import Follower
 from fusee.scale.owner import HELD_HERE, dir_key, open_owner
-from fusee.scale.parts import PartedEngine, is_new_directory, parts_from_env, read_parts
+from fusee.scale.parts import (
+    MAX_MEMBERS,
+    MAX_PARTS,
+    PartedEngine,
+    is_new_directory,
+    parts_from_env,
+    read_parts,
+)
+from fusee.scale.pg_parts import PostgresHome
 from fusee.scale.places import DirectoryPlace, PostgresPlace
-from fusee.scale.tcp import parse_address
+from fusee.scale.tcp import DEFAULT_ROUTE_ADDRESS, parse_address
 from fusee.storage import postgres as pg_store
 from fusee.tls import RouteTLS, checked
 
@@ -55,6 +64,25 @@ async def open_engine(
     options["workflows"] = list(options.get("workflows", ()))
     env, read_only = options.get("env"), bool(options.get("read_only", False))
     shared = shared_directory(path, env, read_only)
+    if on_postgres and env is None:
+        home = _postgres_home(target, options, route_tls)
+        try:
+            parted = parts is not None or await _run(home.read_parts) is not None
+        except BaseException:
+            home.close()
+            raise
+        if not parted:
+            home.close()
+        else:
+            if read_only:
+                home.close()
+                raise ValueError("read_only=True is not supported yet on a PostgreSQL namespace with parts")
+            try:
+                return await PartedEngine.open_parted(home, parts, options, route_timeout, exclusive=exclusive,
+                                                      route_address=_any_port(route_address), route_tls=route_tls)
+            except BaseException:
+                home.close()
+                raise
     if parts is None and shared and not on_postgres:
         default = parts_from_env()  # FUSEE_PARTS: the part count of a directory created now
         if default is not None and read_parts(target) is None and is_new_directory(target):
@@ -86,6 +114,23 @@ async def open_engine(
     # What the follower needs to open the place itself when it takes over (and for its view).
     follow_options = {k: v for k, v in options.items() if k != "read_only"}
     return await Follower.follow(place, follow_options, route_timeout, route_address, route_tls)
+
+
+def _postgres_home(dsn: str, options: dict[str, Any], route_tls: RouteTLS | None) -> PostgresHome:
+    namespace, lease_ttl = options.get("namespace"), options.get("lease_ttl")
+    return PostgresHome(dsn, pg_store.DEFAULT_NAMESPACE if namespace is None else namespace,
+                        pg_store.DEFAULT_LEASE_TTL if lease_ttl is None else lease_ttl, route_tls,
+                        MAX_PARTS, MAX_MEMBERS)
+
+
+def _any_port(route_address: str | None) -> str:
+    """Where each part's holder serves: the host of ``route_address``, on a port of its own."""
+    host, _ = parse_address(route_address or DEFAULT_ROUTE_ADDRESS)
+    return f"[{host}]:0" if ":" in host else f"{host}:0"
+
+
+async def _run(fn: Any) -> Any:
+    return await asyncio.get_running_loop().run_in_executor(None, fn)
 
 
 holder.install_opener(open_engine)

@@ -1,6 +1,7 @@
 """One of several processes on one engine directory (a worker of a scaled-out app).
 
-Usage: python scale_app.py DIR NAME N [DSN]   (FUSEE_TEST_PARTS=P: DIR is created with P parts)
+Usage: python scale_app.py DIR NAME N [DSN]   (FUSEE_TEST_PARTS=P: DIR, or the DSN's namespace, is
+created with P parts)
 
 Opens DIR, or the PostgreSQL DSN when given (the first process owns it, the
 others follow; on PostgreSQL with a 1 s lease), starts N ``job``
@@ -51,6 +52,8 @@ async def main() -> None:
         engine = await fusee.Engine.open(DIR, workflows=[job], route_timeout=60, parts=int(parts))
     elif DSN is None:
         engine = await fusee.Engine.open(DIR, workflows=[job], route_timeout=60)
+    elif parts is not None:
+        engine = await fusee.Engine.open(DSN, workflows=[job], route_timeout=60, lease_ttl=1, parts=int(parts))
     else:
         engine = await fusee.Engine.open(DSN, workflows=[job], route_timeout=60, lease_ttl=1, shards=4)
     emit(opened=os.getpid(), owner=engine.is_owner, epoch=engine.epoch)
