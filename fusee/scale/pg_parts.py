@@ -71,6 +71,12 @@ class PostgresHome:
         rows = self._query(f"SELECT parts FROM {table(self.namespace, 'parts')}")
         return int(rows[0][0]) if rows else None
 
+    def is_new(self) -> bool:
+        """Whether the namespace holds no engine yet (neither parts nor an engine without them)."""
+        found = self._query("SELECT to_regclass(%s), to_regclass(%s)",
+                            (f'"{self.namespace}".parts', f'"{self.namespace}".meta'))
+        return not found or (found[0][0] is None and found[0][1] is None)
+
     def create_parts(self, parts: int) -> int:
         """Makes the namespace parted with ``parts`` parts, or returns the count it has; refuses a
         namespace that holds an engine without parts."""

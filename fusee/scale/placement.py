@@ -68,6 +68,10 @@ async def open_engine(
         home = _postgres_home(target, options, route_tls)
         try:
             parted = parts is not None or await _run(home.read_parts) is not None
+            if not parted and not read_only:
+                default = parts_from_env()  # FUSEE_PARTS: the part count of a namespace created now
+                if default is not None and await _run(home.is_new):
+                    parts, parted = default, True
         except BaseException:
             home.close()
             raise

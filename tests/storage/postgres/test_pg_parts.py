@@ -210,3 +210,19 @@ async def carried_on(dsn: str, wids: set[str], d: Path) -> dict[str, int]:
             assert loop.time() < deadline, engine.held_parts
             await asyncio.sleep(0.05)
         return {wid: await engine.get(wid).result() for wid in wids}
+
+
+async def test_fusee_parts_gives_new_namespaces_their_parts(pg_dsn: str, monkeypatch: Any) -> None:
+    from fusee.scale.parts import PARTS_ENV
+
+    async with fusee.Engine.open(pg_dsn, namespace="before", workflows=[kid]) as eng:
+        assert not isinstance(eng, PartedEngine)
+    monkeypatch.setenv(PARTS_ENV, "3")
+    async with fusee.Engine.open(pg_dsn, namespace="fresh", workflows=[kid]) as eng:
+        assert isinstance(eng, PartedEngine) and eng.parts == 3
+        assert await eng.execute(kid, "k", 4) == 8
+    async with fusee.Engine.open(pg_dsn, namespace="before", workflows=[kid]) as eng:
+        assert not isinstance(eng, PartedEngine), "a namespace that exists keeps what it is"
+    monkeypatch.setenv(PARTS_ENV, "nope")
+    with pytest.raises(ValueError, match=PARTS_ENV):
+        await fusee.Engine.open(pg_dsn, namespace="other", workflows=[kid])
