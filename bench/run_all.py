@@ -596,11 +596,17 @@ def render_scale(results: dict[str, dict[str, Any]]) -> list[str]:
 
 
 def render_parts(results: dict[str, dict[str, Any]]) -> list[str]:
-    """Parts (issue 24, ``parts_scale.py``): throughput through more processes on one parted directory."""
-    r = results.get("fusee", {}).get("parts_fanout", {})
+    """Parts (issue 24, ``parts_scale.py``): throughput through more processes on one parted
+    directory, and on one parted PostgreSQL namespace when it ran."""
+    lines = _render_parts_of(results.get("fusee", {}).get("parts_fanout", {}), "one directory")
+    return lines + _render_parts_of(results.get("fusee-postgres", {}).get("parts_fanout_pg", {}),
+                                    "one PostgreSQL namespace, the server on the same machine")
+
+
+def _render_parts_of(r: dict[str, Any], where: str) -> list[str]:
     if not r:
         return []
-    lines = ["", f"## Parts (one directory of {r.get('parts')} parts)", "",
+    lines = ["", f"## Parts ({where}, {r.get('parts')} parts)", "",
              f"A fan-out of {r.get('runs'):,} workflows x {r.get('steps')} steps started through N processes "
              "at once, each holding its share of the parts; IDs hash anywhere, so most of a process's "
              f"starts and results are routed to another (median of {r.get('trials')} trials; "
@@ -880,6 +886,11 @@ def _run_everything(args: argparse.Namespace, session: Path, size_flags: list[st
                     collect("fusee-postgres", run_script(
                         [sys.executable, str(here / "workloads_scale.py"), "all", "--url", url, *quick],
                         "fusee postgres scale-out", args.timeout), "scale")
+                    # Parts on the namespace (issue 24): the same fan-out as the directory's.
+                    trials = ["--runs", "500", "--trials", "1"] if args.quick else ["--trials", "3"]
+                    collect("fusee-postgres", run_script(
+                        [sys.executable, str(here / "parts_scale.py"), "--json", "--dsn", url, *trials],
+                        "fusee postgres parts", args.timeout), "parts_fanout_pg")
     # Restate takes the same sizes as DBOS (the same five workloads).
     have_restate = not args.no_restate and ensure_restate()
     if have_restate:

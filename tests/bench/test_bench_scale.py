@@ -40,4 +40,4 @@ def test_parts_benchmark_quick_renders_its_rows(tmp_path: Path) -> None:
     assert all(fanout[f"steps_per_s_{n}"] > 0 for n in (1, 2))
     assert list(tmp_path.iterdir()) == []  # data directories removed
     section = "\n".join(run_all.render_parts({"fusee": {"parts_fanout": fanout}}))
-    assert "## Parts (one directory of 4 parts)" in section and "| 2 |" in section
+    assert "## Parts (one directory, 4 parts)" in section and "| 2 |" in section

@@ -226,3 +226,24 @@ async def test_fusee_parts_gives_new_namespaces_their_parts(pg_dsn: str, monkeyp
     monkeypatch.setenv(PARTS_ENV, "nope")
     with pytest.raises(ValueError, match=PARTS_ENV):
         await fusee.Engine.open(pg_dsn, namespace="other", workflows=[kid])
+
+
+def test_the_parts_benchmark_runs_on_a_namespace_and_renders_its_rows(pg_dsn: str, tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    bench = Path(__file__).resolve().parents[3] / "bench"
+    sys.path.insert(0, str(bench))
+    import common
+    import run_all
+
+    env = {**os.environ, "BENCH_DIR": str(tmp_path)}
+    proc = subprocess.run([sys.executable, str(bench / "parts_scale.py"), "--json", "--runs", "200", "--trials", "1",
+                           "--procs", "1,2", "--dsn", pg_dsn],
+                          capture_output=True, text=True, timeout=300, cwd=bench.parent, env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (fanout,) = common.parse_results(proc.stdout)
+    assert fanout["workload"] == "parts_fanout_pg" and all(fanout[f"steps_per_s_{n}"] > 0 for n in (1, 2))
+    section = "\n".join(run_all.render_parts({"fusee-postgres": {"parts_fanout_pg": fanout}}))
+    assert "## Parts (one PostgreSQL namespace" in section and "| 2 |" in section
