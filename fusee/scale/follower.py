@@ -173,6 +173,8 @@ class Follower(Engine):
     _view_at: float
     _view_task: asyncio.Task[None] | None
     _tasks: set[asyncio.Task[Any]]
+    #: The takeover under way (opening the directory as its owner), if one is.
+    _taking_over: asyncio.Task[Any] | None
     _key: tuple[int, int] | None
     _floop: asyncio.AbstractEventLoop
 
@@ -208,6 +210,7 @@ class Follower(Engine):
         self._connecting = asyncio.Lock()
         self._view, self._view_at, self._view_task = None, 0.0, None
         self._tasks = set()
+        self._taking_over = None
         self._telemetry = None
         self._route_server = None
         self._on_release = []
@@ -282,7 +285,18 @@ class Follower(Engine):
         t.add_done_callback(self._tasks.discard)
 
     async def _take_over(self) -> None:
-        """The owner is gone and we hold the lease: open the directory as its owner."""
+        """The owner is gone and we hold the lease: open the directory as its owner.
+
+        close() waits for this instead of cancelling it: an open cancelled half-way would leave
+        the engine its thread goes on opening, and the lock it holds, with nobody to close them
+        (a process that goes on after closing the engine would hold the directory for good)."""
+        self._taking_over = asyncio.current_task()
+        try:
+            await self._open_as_owner()
+        finally:
+            self._taking_over = None
+
+    async def _open_as_owner(self) -> None:
         lease = self._lease
         assert lease is not None
         if self._closed:
@@ -296,7 +310,8 @@ class Follower(Engine):
             logger.error("follower of %s took the lease (epoch %d) but could not open the directory: %s; "
                          "waiting for the lease again", self._path, lease.epoch, e)
             lease.release()
-            self._start_waiting()
+            if not self._closed:
+                self._start_waiting()
             return
         if self._closed:
             await eng.close()
@@ -836,15 +851,19 @@ class Follower(Engine):
         self._closed = True
         forks.release(self)
         self._stop.set()
-        if self._lease is not None and self._local is None:
-            self._lease.release()  # once the local engine opened on it, closing that engine releases it
+        taking = self._taking_over
+        if self._lease is not None and self._local is None and taking is None:
+            # Once the local engine opened on it, closing that engine releases it; a takeover
+            # under way closes the engine it opens (it sees _closed) and so releases it too.
+            self._lease.release()
         self._place.close()
         if self._conn is not None:
             self._conn.close()
             with contextlib.suppress(BaseException):
                 await self._conn.task
         for t in list(self._tasks):
-            t.cancel()
+            if t is not taking:
+                t.cancel()
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
         if self._view_task is not None:
