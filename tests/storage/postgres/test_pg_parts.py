@@ -175,14 +175,19 @@ def test_a_holder_stopped_past_its_lease_loses_its_part_and_rejoins(pg_dsn: str,
         stopped.send_signal(signal.SIGCONT)
     (d / "release").touch()
     results: dict[str, int] = {}
+    unanswered: set[str] = set()
     for p in procs:
         out = finish(p, timeout=180)
         acked = {x["acked"] for x in out if "acked" in x}
         done = {x["done"]: x["result"] for x in out if "done" in x}
-        assert acked == set(done), "an acknowledged start did not complete"
-        # The paused one may refuse (EngineClosed) starts in flight when its part's lease lapsed.
-        assert len(acked) == 300 or p is stopped
+        if p is stopped:
+            # The paused one may refuse (EngineClosed) starts, and the results it waited for, in
+            # flight when its part's lease lapsed: what it acknowledged completes all the same.
+            unanswered = acked - set(done)
+        else:
+            assert acked == set(done) and len(acked) == 300, "an acknowledged start did not complete"
         results.update(done)
+    results.update(asyncio.run(carried_on(pg_dsn, unanswered, d)))
     check_steps_in_order(d, results)
 
 
