@@ -168,7 +168,9 @@ class Follower(Engine):
     _local: Engine | None
     _conn: _Connection | None
     _changed: asyncio.Event
-    _connecting: asyncio.Lock
+    #: The dial under way, shared by every call that needs a connection meanwhile.
+    _dialing: asyncio.Task[_Connection | None] | None
+    _dial_deadline: float
     _view: Engine | None
     _view_at: float
     _view_task: asyncio.Task[None] | None
@@ -207,7 +209,7 @@ class Follower(Engine):
         self._local = None
         self._conn = None
         self._changed = asyncio.Event()
-        self._connecting = asyncio.Lock()
+        self._dialing, self._dial_deadline = None, 0.0
         self._view, self._view_at, self._view_task = None, 0.0, None
         self._tasks = set()
         self._taking_over = None
@@ -364,14 +366,36 @@ class Follower(Engine):
         conn = self._conn
         if self._local is None and conn is not None and conn.alive:
             return conn
-        # One caller connects at a time; the others (a burst of calls at start or after a
-        # takeover) wait and share its connection instead of each dialling the owner.
-        try:
-            async with asyncio.timeout_at(deadline):
-                async with self._connecting:
-                    return await self._connect_once(deadline)
-        except TimeoutError:
-            raise self._unreachable() from None
+        # One dial at a time, and every caller (a burst of calls at start or after a takeover)
+        # shares it. They all wake in the loop turn it ends in: a lock would let them through one
+        # turn each, and under load a turn is long.
+        while True:
+            dial = self._dialing
+            if dial is None or dial.done():
+                dial = self._dialing = asyncio.create_task(self._connect_once(deadline))
+                self._dial_deadline = deadline
+                self._tasks.add(dial)
+                dial.add_done_callback(self._dialled)
+            dial_deadline = self._dial_deadline
+            try:
+                async with asyncio.timeout_at(deadline):
+                    return await asyncio.shield(dial)
+            except TimeoutError:
+                raise self._unreachable() from None
+            except asyncio.CancelledError:
+                task = asyncio.current_task()
+                if dial.cancelled() and task is not None and not task.cancelling():
+                    raise EngineClosed("the engine was closed while a call waited for its owner") from None
+                raise
+            except (OwnerUnreachable, RoutingRefused):
+                if dial_deadline >= deadline or asyncio.get_running_loop().time() < dial_deadline:
+                    raise
+                # The dial gave up at the deadline of the call that began it: this call has time left.
+
+    def _dialled(self, dial: asyncio.Task[Any]) -> None:
+        self._tasks.discard(dial)
+        if not dial.cancelled():
+            dial.exception()  # retrieved: the callers that shared the dial raise it (or timed out first)
 
     def _unreachable(self) -> OwnerUnreachable | RoutingRefused:
         if self._tls_dropped is not None:

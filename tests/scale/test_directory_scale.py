@@ -346,6 +346,76 @@ def test_a_call_with_no_owner_to_reach_fails_within_its_deadline(tmp_path: Path)
         p.communicate("\n", timeout=60)
 
 
+def test_a_burst_of_calls_before_the_connection_shares_one_dial_and_leaves_in_one_write(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from fusee.scale import wire
+
+    writes: list[int] = []
+    send = wire.Outbox._send
+
+    def counted(self: wire.Outbox) -> None:
+        writes.append(len(self._frames))
+        send(self)
+
+    monkeypatch.setattr(wire.Outbox, "_send", counted)
+    p = _owner(tmp_path)
+    try:
+        async def main() -> None:
+            async with fusee.Engine.open(tmp_path, workflows=[boom, ok]) as engine:
+                assert not engine.is_owner
+                dials = 0
+                connect = engine._place.connect  # type: ignore[attr-defined]
+
+                async def dial(address: str) -> Any:
+                    nonlocal dials
+                    dials += 1
+                    return await connect(address)
+
+                engine._place.connect = dial  # type: ignore[attr-defined]
+                # Every call waits for the one dial; once it is up they all go out together (one
+                # write after the dial's ping), not one loop turn each, which under load is long.
+                handles = await asyncio.gather(*(engine.start(ok, f"burst-{i}") for i in range(200)))
+                assert dials == 1
+                assert writes[:2] == [1, 200], writes[:4]  # the ping, then every start
+                assert await asyncio.gather(*(h.result() for h in handles)) == ["fine"] * 200
+
+        asyncio.run(main())
+    finally:
+        p.communicate("\n", timeout=60)
+    assert p.returncode == 0
+
+
+def test_a_call_outlives_a_shared_dial_that_gave_up_at_an_earlier_calls_deadline(tmp_path: Path) -> None:
+    p = _owner(tmp_path)
+    try:
+        async def main() -> None:
+            async with fusee.Engine.open(tmp_path, workflows=[boom, ok], route_timeout=4) as engine:
+                assert await engine.execute(ok, "ok-1") == "fine"
+                os.kill(p.pid, signal.SIGSTOP)
+                try:
+                    engine._conn.close()  # type: ignore[attr-defined]  # a new connection must be made
+                    first = asyncio.create_task(engine.start(ok, "ok-2"))
+                    while engine._dialing is None:  # type: ignore[attr-defined]
+                        await asyncio.sleep(0.01)
+                    await asyncio.sleep(2)  # the second call's deadline is 2 s after the first's
+                    second = asyncio.create_task(engine.start(ok, "ok-3"))
+                    with pytest.raises(OwnerUnreachable):
+                        await first
+                    assert not second.done()
+                finally:
+                    os.kill(p.pid, signal.SIGCONT)
+                h = await second  # dialled again within its own deadline
+                assert await h.result() == "fine"
+                await engine.refresh()
+                with pytest.raises(NotFound):  # the call that gave up was never sent
+                    engine.describe("ok-2")
+
+        asyncio.run(main())
+    finally:
+        p.communicate("\n", timeout=60)
+    assert p.returncode == 0
+
+
 # --- uvicorn workers ----------------------------------------------------------------------
 
 
