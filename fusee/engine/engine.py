@@ -1654,11 +1654,13 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
     @property
     def stats(self) -> dict[str, int]:
         """Counters since open: steps, replays, runs started, parks, wakes, checkpoints, and where
-        synchronous step functions ran (``sync_inline``, ``sync_pooled``, ``sync_demoted``) and
+        synchronous step functions ran (``sync_inline``, ``sync_pooled``, ``sync_demoted``, and
+        ``sync_cleared``: slow inline executions a quick probe in the pool then excused) and
         how flushes ran (``flushes``, ``inline_flushes``, ``flush_waits``)."""
         out = dict(self._rt.stats)
         policy = self._rt.steps.sync_policy
         out.update(sync_inline=policy.inline_runs, sync_pooled=policy.pool_runs, sync_demoted=policy.demoted,
+                   sync_cleared=policy.cleared,
                    flushes=self._committer.flushes, inline_flushes=self._committer.inline_flushes,
                    flush_waits=self._committer.blocking_waits)
         return out

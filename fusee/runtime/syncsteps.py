@@ -8,11 +8,15 @@ run and every acknowledgement of the process while it blocks. So the engine
 measures: each function (one per code object, so a lambda written in a loop
 counts once) runs in the pool for its first probes, timed in its thread; one
 whose probes all finished within ``PROMOTE_BELOW_S`` runs on the loop's
-thread from then on, timed there too; the first inline execution that takes
-longer than ``DEMOTE_ABOVE_S`` sends the function back to the pool. A
-blocking function therefore stalls the loop once, and a cheap one pays no
-thread hop. A busy machine makes cheap code look slow now and then (the
-process is descheduled mid-call), so the pool is not forever: a function a
+thread from then on, timed there too. An inline execution that takes longer
+than ``DEMOTE_ABOVE_S`` is a strike: one strike is not proof, since a busy
+machine deschedules the thread mid-call (more processes than cores do that
+every few thousand calls) and a garbage collection may run inside the call,
+so the function's next execution is probed in the pool, and it goes back
+inline if that was quick. A second strike within ``STRIKE_MEMORY`` inline
+executions, or a slow probe, sends it back to the pool. A blocking function
+therefore stalls the loop at most twice, and a cheap one pays no thread hop
+even on an oversubscribed machine. The pool is not forever either: a function a
 slow probe kept there is probed again after ``REPROBE_AFTER`` pooled
 executions, one demoted after ``REPROBE_AFTER`` times 2, 4, 8 or 16 (each
 demotion doubles its wait, up to ``MAX_DOUBLINGS``), and probes run in the
@@ -36,6 +40,8 @@ from fusee import sabotage
 
 logger = logging.getLogger("fusee")
 
+#: Inline executions after a strike (a slow one) during which a second strike demotes at once.
+STRIKE_MEMORY = 4096
 #: Executions in the pool before a function may run inline.
 PROBES = 3
 #: A function whose probes each took less than this may run on the loop's thread.
@@ -102,8 +108,14 @@ class SyncStepPolicy:
         self._demotions: dict[Any, int] = {}
         #: When a demotion of each function name was last logged at INFO (``clock`` seconds).
         self._logged: dict[str, float] = {}
+        #: Functions with a strike: key -> inline executions left before it is forgotten.
+        self._struck: dict[Any, int] = {}
+        #: Functions whose next pooled execution decides a strike: key -> the slow inline seconds.
+        self._confirming: dict[Any, float] = {}
         #: Functions sent back to the pool after blocking the loop (for stats and tests).
         self.demoted = 0
+        #: Strikes a quick pooled probe then cleared (the machine, not the function, was slow).
+        self.cleared = 0
         #: Executions run inline and in the pool.
         self.inline_runs = 0
         self.pool_runs = 0
@@ -142,30 +154,37 @@ class SyncStepPolicy:
             return
         if inline:
             self.inline_runs += 1
+            struck = self._struck
             if seconds > DEMOTE_ABOVE_S and not sabotage.active.inline_never_demoted:
-                n = self._demotions.get(key, 0) + 1
-                if len(self._demotions) < MAX_FUNCTIONS:
-                    self._demotions[key] = n
-                self._set(key, -(REPROBE_AFTER << min(n, MAX_DOUBLINGS)))
-                self.demoted += 1
-                name = str(getattr(fn, "__qualname__", fn))
-                now = self.clock()
-                last = self._logged.get(name)
-                # Once per function name per interval: a closure made anew by every run (a lambda)
-                # is demoted again and again, and one line says it.
-                quiet = last is not None and now - last < LOG_EVERY_S
-                if not quiet:
-                    if len(self._logged) >= MAX_FUNCTIONS:
-                        self._logged.clear()
-                    self._logged[name] = now
-                logger.log(
-                    logging.DEBUG if quiet else logging.INFO,
-                    "step function %s blocked the event loop for %.1f ms: it runs in the step "
-                    "pool from now on (declare it @fusee.step(blocking=True) to skip the trials; "
-                    "said once per %d s per function)",
-                    name, seconds * 1000.0, LOG_EVERY_S)
+                if key in struck:
+                    del struck[key]
+                    self._demote(fn, key, seconds)
+                    return
+                if len(struck) >= MAX_FUNCTIONS or len(self._confirming) >= MAX_FUNCTIONS:
+                    struck.clear()
+                    self._confirming.clear()
+                struck[key] = STRIKE_MEMORY
+                self._confirming[key] = seconds
+                self._set(key, 1)  # one probe in the pool decides
+            elif struck:
+                left = struck.get(key)
+                if left is not None:
+                    if left > 1:
+                        struck[key] = left - 1
+                    else:
+                        del struck[key]
             return
         self.pool_runs += 1
+        if self._confirming:
+            blocked = self._confirming.pop(key, None)
+            if blocked is not None:
+                if seconds < PROMOTE_BELOW_S:
+                    self.cleared += 1
+                    self._set(key, _INLINE)
+                else:
+                    self._struck.pop(key, None)
+                    self._demote(fn, key, blocked)
+                return
         if state == _INLINE:
             return  # a pooled run of an inline function (one with a timeout, say)
         if state < 0:
@@ -173,6 +192,30 @@ class SyncStepPolicy:
             return
         # Counting down to _INLINE (0) through fast probes; one slow probe keeps it pooled a while.
         self._set(key, state - 1 if seconds < PROMOTE_BELOW_S else -REPROBE_AFTER)
+
+    def _demote(self, fn: Callable[..., Any], key: Any, seconds: float) -> None:
+        """Sends ``fn`` back to the pool after it blocked the loop's thread for ``seconds``."""
+        n = self._demotions.get(key, 0) + 1
+        if len(self._demotions) < MAX_FUNCTIONS:
+            self._demotions[key] = n
+        self._set(key, -(REPROBE_AFTER << min(n, MAX_DOUBLINGS)))
+        self.demoted += 1
+        name = str(getattr(fn, "__qualname__", fn))
+        now = self.clock()
+        last = self._logged.get(name)
+        # Once per function name per interval: a closure made anew by every run (a lambda)
+        # is demoted again and again, and one line says it.
+        quiet = last is not None and now - last < LOG_EVERY_S
+        if not quiet:
+            if len(self._logged) >= MAX_FUNCTIONS:
+                self._logged.clear()
+            self._logged[name] = now
+        logger.log(
+            logging.DEBUG if quiet else logging.INFO,
+            "step function %s blocked the event loop for %.1f ms: it runs in the step "
+            "pool from now on (declare it @fusee.step(blocking=True) to skip the trials; "
+            "said once per %d s per function)",
+            name, seconds * 1000.0, LOG_EVERY_S)
 
     def _set(self, key: Any, state: int) -> None:
         if key not in self._state and len(self._state) >= MAX_FUNCTIONS:
