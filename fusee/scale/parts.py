@@ -162,6 +162,11 @@ def create_parts(root: str, parts: int) -> int:
     entries = {e for e in os.listdir(root) if e not in (MEMBERS_DIR, PARTS_FILE)
                and not e.startswith(f"{PARTS_FILE}.tmp")}
     if entries:
+        # Another process may have created the parts file (then its parts) between our first look
+        # and the listing: the parts file is linked before any part exists, so it is there now.
+        existing = read_parts(root)
+        if existing is not None:
+            return existing
         raise NotAnEngineDirectory(
             f"{root} already holds files an engine without parts wrote, or other files ({sorted(entries)[:3]}): "
             "parts= applies when a directory is created; open it without parts=, or use a new directory")

@@ -133,6 +133,33 @@ def test_bad_parts_arguments_are_refused_and_change_nothing(tmp_path: Path) -> N
     asyncio.run(main())
 
 
+
+def test_a_process_that_looked_before_another_created_the_directory_agrees_with_it(
+        tmp_path: Path, monkeypatch: Any) -> None:
+    # The window of two processes opening a new directory at once: this one found no parts file,
+    # then the other created it and its first part before this one listed the directory.
+    import fusee.scale.parts as parts_module
+
+    root = tmp_path / "d"
+    assert parts_module.create_parts(str(root), 3) == 3
+    (root / "part-000").mkdir()
+    real = parts_module.read_parts
+    looks: list[str] = []
+
+    def first_look_misses(path: str) -> int | None:
+        looks.append(path)
+        return None if len(looks) == 1 else real(path)
+
+    monkeypatch.setattr(parts_module, "read_parts", first_look_misses)
+    assert parts_module.create_parts(str(root), 2) == 3  # the first creator's count, no error
+    assert len(looks) == 2
+    monkeypatch.setattr(parts_module, "read_parts", real)
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    (plain / "wal-000").write_bytes(b"x")
+    with pytest.raises(NotAnEngineDirectory):  # files of another kind are still refused
+        parts_module.create_parts(str(plain), 2)
+
 HOLDER = textwrap.dedent("""
     import asyncio, json, os, sys
     import fusee
