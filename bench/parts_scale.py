@@ -88,11 +88,17 @@ def trial(procs: int, runs: int, steps: int, parts: int, local: bool, dsn: str |
                                 str(steps), str(parts), "1" if local else "0", dsn or "", ns],
                                stdout=subprocess.PIPE, text=True, env=env) for i in range(procs)]
         outs = []
-        for p in ps:
-            out, _ = p.communicate(timeout=600)
-            if p.returncode != 0:
-                raise SystemExit(f"a worker failed (exit {p.returncode})")
-            outs.append(json.loads(out.strip().splitlines()[-1]))
+        try:
+            for p in ps:
+                out, _ = p.communicate(timeout=600)
+                if p.returncode != 0:
+                    raise SystemExit(f"a worker failed (exit {p.returncode})")
+                outs.append(json.loads(out.strip().splitlines()[-1]))
+        finally:
+            for p in ps:  # the others would wait forever for the one that failed (and load the next trials)
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
         span = max(o["t1"] for o in outs) - min(o["t0"] for o in outs)
         return sum(o["steps"] for o in outs) / span
     finally:

@@ -1538,10 +1538,15 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
         return await self._import_records(journal, workflow_id, before_step)
 
     async def _import_records(self, journal: list[rec.Record], workflow_id: str | None,
-                              before_step: str | None) -> RunHandle[Any]:
-        """:meth:`import_journal` of records already read."""
+                              before_step: str | None, before_position: int | None = None,
+                              reapply_signals: bool = True, version: int | None = None,
+                              fork: bool = False, by: str | None = None) -> RunHandle[Any]:
+        """:meth:`import_journal` of records already read; with ``fork=True``, the half of a
+        :meth:`fork` whose original lives on another part (see ``Runtime.import_run``)."""
         self._check_open()
-        st, lsn = self._rt.import_run(journal, workflow_id, before_step)
+        st, lsn = self._rt.import_run(journal, workflow_id, before_step, before_position=before_position,
+                                      reapply_signals=bool(reapply_signals), version=version,
+                                      fork=bool(fork), by=_by(by) if fork else None)
         run_id = st.run_id
         await self._durable(st.shard, lsn)
         return RunHandle(self, st.id, run_id)

@@ -945,32 +945,44 @@ class Runtime:
         return target, lsn
 
     def import_run(
-        self, journal: list[rec.Record], new_id: str | None, before_step: str | None
+        self, journal: list[rec.Record], new_id: str | None, before_step: str | None, *,
+        before_position: int | None = None, reapply_signals: bool = True, version: int | None = None,
+        fork: bool = False, by: bytes | None = None,
     ) -> tuple[WorkflowState, int]:
         """A new run (of ``new_id``, or the journal's own workflow ID) from an exported
-        journal, cut before the first step named ``before_step`` (else all of it but its
-        ending): it replays what the journal holds and runs live from there. Returns the
-        new run's state and the LSN to await before acknowledging."""
+        journal, cut before the first step named ``before_step`` or at ``before_position``
+        (else all of it but its ending): it replays what the journal holds and runs live from
+        there. Returns the new run's state and the LSN to await before acknowledging.
+
+        ``fork=True`` is a fork whose original lives in another engine (another part): the
+        new run is that fork's, of ``version`` (default the journal's) and started ``by``;
+        the signals after the cut come again only when ``reapply_signals``."""
         start = journal[0] if journal else None
         if not isinstance(start, rec.Start):
             raise ValueError("the journal does not begin with its run's Start record: it is no run's journal")
         wid = start.id if new_id is None else new_id
         if wid in self.wf:
-            raise AlreadyExists(f"workflow '{wid}' exists already: import the journal under a new "
+            raise AlreadyExists(f"workflow '{wid}' exists already: fork into a new ID" if fork else
+                                f"workflow '{wid}' exists already: import the journal under a new "
                                 "workflow_id, or into another engine directory")
-        wdef = self.definition(start.wtype, start.version)
+        wanted = version if version is not None else start.version
+        wdef = self.definition(start.wtype, wanted)
         if wdef is None:
-            raise self.unregistered(start.wtype, start.version)
-        if before_step is not None:
-            prefix, later = reset_journal.split(journal, reset_journal.find_cut(journal, before_step, None))
+            raise self.unregistered(start.wtype, wanted)
+        if fork or before_step is not None or before_position is not None:  # a fork always cuts
+            prefix, later = reset_journal.split(journal, reset_journal.find_cut(journal, before_step, before_position))
         else:
             prefix, later = [r for r in journal if not isinstance(r, rec.Done)], []
         target = self.wf[wid] = WorkflowState(wid, shard_of(wid, self.shards))
         rid = self.new_run_id()
         # No parent here (the one it had lives in the other engine), and the time is this engine's.
-        new_start = msgspec.structs.replace(start, run=rid, id=wid, started_ms=self.env.now_ms(), parent=None)
+        new_start = msgspec.structs.replace(start, run=rid, id=wid, wtype=wdef.name, version=wdef.version,
+                                            started_ms=self.env.now_ms(), parent=None)
+        if fork:
+            new_start = msgspec.structs.replace(new_start, by=by)
         records: list[rec.Record] = [new_start, *reset_journal.renumber(prefix[1:], rid)]
-        records += [msgspec.structs.replace(sig, run=rid) for sig in later]
+        if reapply_signals:
+            records += [msgspec.structs.replace(sig, run=rid) for sig in later]
         lsn = self.adopt(target, records)
         log.info("workflow %r: new run %d imported from %d records of run %d of %r",
                  wid, rid, len(records), start.run, start.id)

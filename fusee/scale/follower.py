@@ -620,9 +620,12 @@ class Follower(Engine):
         return self._handle(got)
 
     async def _import_records(self, journal: list[rec.Record], workflow_id: str | None,
-                              before_step: str | None) -> RunHandle[Any]:
-        got = await self._route("import_records", [journal_file.dumps(journal), workflow_id, before_step],
-                                safe=False)
+                              before_step: str | None, before_position: int | None = None,
+                              reapply_signals: bool = True, version: int | None = None,
+                              fork: bool = False, by: str | None = None) -> RunHandle[Any]:
+        got = await self._route("import_records", [journal_file.dumps(journal), workflow_id, before_step,
+                                                   before_position, bool(reapply_signals), version,
+                                                   bool(fork), by], safe=False)
         self._stale()
         return self._handle(got)
 

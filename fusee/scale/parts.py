@@ -765,16 +765,13 @@ class PartedEngine(Engine):
     ) -> RunHandle[Any]:
         wid = self._check_id(workflow_id)
         if new_id is not None and part_of(new_id, self.parts) != part_of(wid, self.parts):
-            if before_position is not None or version is not None or not reapply_signals:
-                raise FuseeError(
-                    f"fork({wid!r}, {new_id!r}): the new ID lives on another part than the original, and a "
-                    "fork across parts takes before_step= only (the original's durable journal is imported "
-                    "there, cut before that step, with the signals after the cut delivered again); choose "
-                    "a new ID on the original's part (fusee.scale.parts.part_of) for before_position= or "
-                    "version=")
-            # The original's journal, imported on the new ID's part as import_journal would.
+            # The original's durable journal, imported on the new ID's part and cut there as the
+            # fork of one engine would cut it.
+            self._check_id(new_id)
             journal = await self._on_part(wid, "journal", wid)
-            return self._rebind(await self._on_part(new_id, "_import_records", journal, new_id, before_step))
+            return self._rebind(await self._on_part(
+                new_id, "_import_records", journal, new_id, before_step, before_position,
+                reapply_signals, version, True, by))
         return self._rebind(await self._on_part(wid, "_reset", wid, new_id, before_step, before_position,
                                                 reapply_signals, version, by))
 

@@ -157,8 +157,11 @@ async def _reset(eng: Engine, wid: str, new_id: str | None, before_step: str | N
     return [h.workflow_id, h.run_id]
 
 
-async def _import_records(eng: Engine, data: bytes, wid: str | None, before_step: str | None) -> Any:
-    h = await eng._import_records(journal_file.loads(data, "a routed journal"), wid, before_step)
+async def _import_records(eng: Engine, data: bytes, wid: str | None, before_step: str | None,
+                          before_position: int | None = None, reapply: bool = True, version: int | None = None,
+                          fork: bool = False, by: str | None = None) -> Any:
+    h = await eng._import_records(journal_file.loads(data, "a routed journal"), wid, before_step,
+                                  before_position, reapply, version, fork, by)
     return [h.workflow_id, h.run_id]
 
 

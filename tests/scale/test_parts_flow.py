@@ -67,6 +67,26 @@ async def two_steps(ctx: fusee.Ctx) -> list[int]:
     return [a, b]
 
 
+note = fusee.signal("pf-note", str)
+
+
+@fusee.workflow("pf-pipe", version=1)
+async def pipe_v1(ctx: fusee.Ctx) -> list[str]:
+    out = [str(await ctx.step("extract", count, f"{ctx.workflow_id}/extract"))]
+    out.append(await ctx.wait_for(note))
+    out.append(str(await ctx.step("load", count, f"{ctx.workflow_id}/load")))
+    out.append(await ctx.wait_for(note))
+    return out
+
+
+@fusee.workflow("pf-pipe", version=2)
+async def pipe_v2(ctx: fusee.Ctx) -> list[str]:
+    out = [str(await ctx.step("extract", count, f"{ctx.workflow_id}/extract"))]
+    out.append(await ctx.wait_for(note))
+    out.append(str(await ctx.step("load-v2", count, f"{ctx.workflow_id}/load")))
+    return [*out, "v2"]
+
+
 async def result_of(eng: fusee.Engine, workflow_id: str) -> object:
     """The result of a run that may not have started yet (a window starts when it closes)."""
     loop = asyncio.get_running_loop()
@@ -79,7 +99,7 @@ async def result_of(eng: fusee.Engine, workflow_id: str) -> object:
             await asyncio.sleep(0.02)
 
 
-WORKFLOWS = [tick, slow, window, counter, two_steps]
+WORKFLOWS = [tick, slow, window, counter, two_steps, pipe_v1, pipe_v2]
 PARTS = 4
 
 
@@ -172,10 +192,6 @@ def test_schedules_windows_objects_reset_fork_and_bulk_on_every_part(tmp_path: P
                 assert await (await eng.fork(wid, twin, before_step="b")).result() == [1, 1]
                 # A fork onto another part: the journal is imported there, cut before step b.
                 elsewhere = next(f"{wid}-g{i}" for i in range(1000) if part_of(f"{wid}-g{i}", PARTS) != p)
-                with pytest.raises(fusee.FuseeError, match="before_step= only"):
-                    await eng.fork(wid, elsewhere, before_position=1)
-                with pytest.raises(fusee.NotFound):
-                    eng.describe(elsewhere)
                 assert await (await eng.fork(wid, elsewhere, before_step="b")).result() == [1, 1]
                 assert f"{elsewhere}/a" not in RAN and RAN[f"{elsewhere}/b"] == 1, "a replayed, b ran"
                 assert eng.describe(elsewhere).status == "ok"
@@ -232,6 +248,67 @@ HOLDER = textwrap.dedent("""
 """)
 
 
+def test_a_fork_onto_another_part_takes_every_option_of_a_fork_on_one(tmp_path: Path) -> None:
+    # The reference is the fork of one engine: a twin on the original's own part.
+    RAN.clear()
+
+    async def forked(eng: fusee.Engine, original: str, new_id: str, signals: list[str], **options: object) -> object:
+        h = await eng.fork(original, new_id, **options)  # type: ignore[arg-type]
+        for value in signals:
+            await h.signal(note, value)
+        return await h.result()
+
+    async def main() -> None:
+        async with fusee.Engine.open(tmp_path / "data", parts=PARTS, workflows=WORKFLOWS) as eng:
+            original = on_part("o", 0)
+            h = await eng.start(pipe_v2, original)  # the newest version
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + 60
+            # The signal after the first step's record, so that a cut at the wait (position 1) leaves it after.
+            while not any(type(r).__name__ == "Step" for r in await eng.journal(original)):
+                assert loop.time() < deadline, "the first step never became durable"
+                await asyncio.sleep(0.01)
+            await h.signal(note, "first")
+            assert await h.result() == ["1", "first", "1", "v2"]
+            cases: list[tuple[list[str], dict[str, object], list[str]]] = [
+                # Before the wait, "first" not delivered again, moved to version 1, by an operator.
+                (["second", "third"], {"before_position": 1, "reapply_signals": False, "version": 1, "by": "ops"},
+                 ["1", "second", "1", "third"]),
+                # Before the wait, "first" delivered again, the journal's version.
+                ([], {"before_position": 1}, ["1", "first", "1", "v2"]),
+                # Before the step by name (journaled), as before_step= always did.
+                ([], {"before_step": "load-v2"}, ["1", "first", "1", "v2"]),
+            ]
+            for n, (signals, options, expected) in enumerate(cases):
+                got = [await forked(eng, original, on_part(f"{prefix}{n}", part), signals, **options)
+                       for prefix, part in (("t", 0), ("x", 1))]
+                assert got == [expected, expected], (options, got)
+            for n in range(len(cases)):
+                ids = [on_part(f"t{n}", 0), on_part(f"x{n}", 1)]
+                assert [f"{w}/extract" in RAN for w in ids] == [False, False], "extract replayed, never ran"
+                assert [RAN[f"{w}/load"] for w in ids] == [1, 1], "the step after the cut ran once"
+                starts = [(await eng.journal(w))[0] for w in ids]
+                assert [(s.version, s.by, s.parent) for s in starts] == [  # type: ignore[union-attr]
+                    (1 if n == 0 else 2, b"ops" if n == 0 else None, None)] * 2
+            other = on_part("x0", 1)
+            assert [(a.action, a.by) for a in eng.describe(other).audit] == [("reset", "ops")]
+            assert await eng.get(original).result() == ["1", "first", "1", "v2"], "the original is left alone"
+            # Refusals change nothing: an ID in use, a version not registered, no cut or two.
+            with pytest.raises(fusee.AlreadyExists, match="fork into a new ID"):
+                await eng.fork(original, other, before_position=1)
+            with pytest.raises(fusee.UnknownWorkflow):
+                await eng.fork(original, f"{other}-v9", before_position=1, version=9)
+            with pytest.raises(ValueError, match="exactly one"):
+                await eng.fork(original, f"{other}-none")
+            with pytest.raises(ValueError, match="no step named"):
+                await eng.fork(original, f"{other}-nope", before_step="nope")
+            for refused in (f"{other}-v9", f"{other}-none", f"{other}-nope"):
+                with pytest.raises(fusee.NotFound):
+                    eng.describe(refused)
+
+    asyncio.run(main())
+
+
 def test_schedules_and_objects_held_by_another_process(tmp_path: Path) -> None:
     d = tmp_path / "data"
     holder = spawn("-c", HOLDER, str(d))
@@ -270,6 +347,21 @@ def test_schedules_and_objects_held_by_another_process(tmp_path: Path) -> None:
             there = on_part("xf", theirs, 2)
             assert await (await eng.fork(here, there, before_step="b")).result() == [1, 1]
             assert [type(x).__name__ for x in await eng.journal(there)][-1] == "Done"
+            # With every option of a fork, through the routed call: before the wait, the signal
+            # not delivered again, on version 1, by an operator.
+            h = await eng.start(pipe_v2, on_part("xp", eng.held_parts[0], 2))
+            while not any(type(x).__name__ == "Step" for x in await eng.journal(h.workflow_id)):
+                assert loop.time() < deadline + 60, "the first step never became durable"
+                await asyncio.sleep(0.01)
+            await h.signal(note, "first")
+            assert await h.result() == ["1", "first", "1", "v2"]
+            f = await eng.fork(h.workflow_id, on_part("xpf", theirs, 2), before_position=1,
+                               reapply_signals=False, version=1, by="ops")
+            await f.signal(note, "second")
+            await f.signal(note, "third")
+            assert await f.result() == ["1", "second", "1", "third"]
+            start = (await eng.journal(f.workflow_id))[0]
+            assert (start.version, start.by) == (1, b"ops")  # type: ignore[union-attr]
         (d / "release").touch()
 
     try:
