@@ -931,17 +931,9 @@ class Runtime:
                 raise AlreadyExists(f"workflow '{new_id}' exists already: fork into a new ID")
             target = self.wf[new_id] = WorkflowState(new_id, shard_of(new_id, self.shards))
             target.parent = None
-        rid = self.new_run_id()
-        new_start = msgspec.structs.replace(
-            start, run=rid, id=target.id, wtype=wdef.name, version=wdef.version,
-            started_ms=self.env.now_ms(), parent=target.parent, by=by,
-        )
-        records: list[rec.Record] = [new_start, *reset_journal.renumber(prefix[1:], rid)]
-        if reapply_signals:
-            records += [msgspec.structs.replace(s, run=rid) for s in later * (1 + sabotage.active.reapply_signal_twice)]
-        lsn = self.adopt(target, records)
+        lsn = self._run_from(target, start, prefix, later if reapply_signals else [], wdef, target.parent, by)
         log.info("workflow %r: new run %d from %d records of %r (cut at position %d)",
-                 target.id, rid, len(records), wid, cut)
+                 target.id, target.run_id, len(target.journal), wid, cut)
         return target, lsn
 
     def import_run(
@@ -974,19 +966,25 @@ class Runtime:
         else:
             prefix, later = [r for r in journal if not isinstance(r, rec.Done)], []
         target = self.wf[wid] = WorkflowState(wid, shard_of(wid, self.shards))
-        rid = self.new_run_id()
-        # No parent here (the one it had lives in the other engine), and the time is this engine's.
-        new_start = msgspec.structs.replace(start, run=rid, id=wid, wtype=wdef.name, version=wdef.version,
-                                            started_ms=self.env.now_ms(), parent=None)
-        if fork:
-            new_start = msgspec.structs.replace(new_start, by=by)
-        records: list[rec.Record] = [new_start, *reset_journal.renumber(prefix[1:], rid)]
-        if reapply_signals:
-            records += [msgspec.structs.replace(sig, run=rid) for sig in later]
-        lsn = self.adopt(target, records)
+        # No parent here (the one it had lives in the other engine).
+        lsn = self._run_from(target, start, prefix, later if reapply_signals else [], wdef, None,
+                             by if fork else start.by)
         log.info("workflow %r: new run %d imported from %d records of run %d of %r",
-                 wid, rid, len(records), start.run, start.id)
+                 wid, target.run_id, len(target.journal), start.run, start.id)
         return target, lsn
+
+    def _run_from(self, target: WorkflowState, start: rec.Start, prefix: list[rec.Record],
+                  signals: list[rec.Signal], wdef: Any, parent: rec.ParentRef | None, by: bytes | None) -> int:
+        """Journals ``target``'s new run (of ``wdef``, started now) from ``prefix`` (a journal's
+        start and what it keeps) and ``signals`` delivered again; returns the LSN to await."""
+        rid = self.new_run_id()
+        new_start = msgspec.structs.replace(
+            start, run=rid, id=target.id, wtype=wdef.name, version=wdef.version,
+            started_ms=self.env.now_ms(), parent=parent, by=by,
+        )
+        records: list[rec.Record] = [new_start, *reset_journal.renumber(prefix[1:], rid)]
+        records += [msgspec.structs.replace(s, run=rid) for s in signals * (1 + sabotage.active.reapply_signal_twice)]
+        return self.adopt(target, records)
 
     def adopt(self, target: WorkflowState, records: list[rec.Record]) -> int:
         """Journals ``records`` (a Start and what follows it) as ``target``'s current run and

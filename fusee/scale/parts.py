@@ -767,7 +767,6 @@ class PartedEngine(Engine):
         if new_id is not None and part_of(new_id, self.parts) != part_of(wid, self.parts):
             # The original's durable journal, imported on the new ID's part and cut there as the
             # fork of one engine would cut it.
-            self._check_id(new_id)
             journal = await self._on_part(wid, "journal", wid)
             return self._rebind(await self._on_part(
                 new_id, "_import_records", journal, new_id, before_step, before_position,
