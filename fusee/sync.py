@@ -155,6 +155,7 @@ class SyncEngine:
         *,
         workflows: Iterable[WorkflowDef[Any, Any] | ObjectDef[Any]] = (),
         shards: int | None = None,
+        parts: int | None = None,
         env: Env | None = None,
         retry: Retry | None = None,
         inline_sync_steps: bool | None = None,
@@ -177,6 +178,7 @@ class SyncEngine:
         limits: Iterable[Limit] = (),
         telemetry: bool | telemetry_config.Telemetry | None = None,
         exclusive: bool = False,
+        front_end: bool = False,
         route_timeout: float = 30.0,
         namespace: str | None = None,
         lease_ttl: float | None = None,
@@ -192,13 +194,13 @@ class SyncEngine:
         stopped. Use it as a context manager, or call :meth:`close`.
         """
         options: dict[str, Any] = dict(
-            workflows=list(workflows), shards=shards, env=env, retry=retry, inline_sync_steps=inline_sync_steps,
+            workflows=list(workflows), shards=shards, parts=parts, env=env, retry=retry, inline_sync_steps=inline_sync_steps,
             flush=flush, step_threads=step_threads, truncate_corrupt=truncate_corrupt,
             segment_bytes=segment_bytes, blob_threshold=blob_threshold, checkpoint_every=checkpoint_every,
             checkpoint_interval=checkpoint_interval, checkpoint_bytes=checkpoint_bytes, park_after=park_after,
             max_loaded=max_loaded, memory_budget=memory_budget, recovery_batch=recovery_batch, retention=retention, read_only=read_only, keep_history=keep_history,
             codec=codec, limits=list(limits), telemetry=telemetry, exclusive=exclusive,
-            route_timeout=route_timeout, namespace=namespace, lease_ttl=lease_ttl, route_address=route_address,
+            front_end=front_end, route_timeout=route_timeout, namespace=namespace, lease_ttl=lease_ttl, route_address=route_address,
             route_tls=route_tls, tune_gc=tune_gc,
         )
         loop = asyncio.new_event_loop()

@@ -117,10 +117,10 @@ Opener = Callable[..., Awaitable["Engine"]]
 
 async def _hold_alone(cls: type[Engine], path: str | os.PathLike[str] | None, *, exclusive: bool,
                       route_timeout: float, route_address: str | None, route_tls: RouteTLS | None,
-                      parts: int | None, **options: Any) -> Engine:
+                      parts: int | None, front_end: bool = False, **options: Any) -> Engine:
     """Without the layer above nobody follows or serves: the engine holds its log alone."""
-    if parts is not None:
-        raise ValueError("parts= needs fusee.scale (import fusee)")
+    if parts is not None or front_end:
+        raise ValueError("parts= and front_end= need fusee.scale (import fusee)")
     return await cls._open(path, **options)
 
 
@@ -315,6 +315,7 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
         limits: Iterable[Limit] = (),
         telemetry: bool | telemetry_config.Telemetry | None = None,
         exclusive: bool = False,
+        front_end: bool = False,
         route_timeout: float = 30.0,
         namespace: str | None = None,
         lease_ttl: float | None = None,
@@ -443,6 +444,7 @@ class Engine(ObjectCalls, LimitCalls, FlowAPI):
                 cls,
                 path,
                 exclusive=exclusive,
+                front_end=front_end,
                 route_timeout=route_timeout,
                 parts=parts,
                 workflows=workflows,

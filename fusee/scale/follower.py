@@ -165,6 +165,8 @@ class Follower(Engine):
     _place: Place
     _lease: WaitingLease | None
     _stop: threading.Event
+    #: Opened with ``front_end=True``: it never takes the lease, so this process never runs a step.
+    front_end: bool
     _local: Engine | None
     _conn: _Connection | None
     _changed: asyncio.Event
@@ -182,9 +184,11 @@ class Follower(Engine):
 
     @classmethod
     async def follow(cls, place: Place, options: dict[str, Any], route_timeout: float,
-                     route_address: str | None = None, route_tls: RouteTLS | None = None) -> Follower:
+                     route_address: str | None = None, route_tls: RouteTLS | None = None, *,
+                     take_over: bool = True) -> Follower:
         """A follower of ``place`` (which another engine owns); starts waiting for its lease.
-        ``options``: what ``Engine._open`` needs to open the place itself when it takes over."""
+        ``options``: what ``Engine._open`` needs to open the place itself when it takes over.
+        ``take_over=False``: a front end, which never waits for the lease (nor takes it)."""
         self = object.__new__(cls)
         self._pid = os.getpid()
         self._place = place
@@ -223,7 +227,9 @@ class Follower(Engine):
             HELD_HERE.add(self._key)
         self._lease = None
         self._stop = threading.Event()
-        self._start_waiting()
+        self.front_end = not take_over
+        if take_over:
+            self._start_waiting()
         await place.owner()  # who serves now (its epoch), before the first call needs it
         if place.watch_every is not None:
             self._spawn(self._watch_owner(place.watch_every))
@@ -905,5 +911,6 @@ class Follower(Engine):
             HELD_HERE.discard(self._key)
 
     def __repr__(self) -> str:
-        role = f"owner, epoch {self._local.epoch}" if self._local is not None else "follower"
+        role = (f"owner, epoch {self._local.epoch}" if self._local is not None
+                else "front end" if self.front_end else "follower")
         return f"<fusee engine on {self._path} ({role})>"

@@ -494,10 +494,11 @@ class PartedEngine(Engine):
     @classmethod
     async def open_parted(cls, root: str | Any, parts: int | None, options: dict[str, Any],
                           route_timeout: float, *, exclusive: bool = False, route_address: str | None = None,
-                          route_tls: Any = None) -> PartedEngine:
+                          route_tls: Any = None, front_end: bool = False) -> PartedEngine:
         """The engine of this process on the parted directory ``root`` (or the parts home given:
         a PostgreSQL namespace's), created with ``parts`` parts if it is new. ``exclusive``:
-        :class:`fusee.errors.DirectoryLocked` if another process has it open."""
+        :class:`fusee.errors.DirectoryLocked` if another process has it open. ``front_end``: it
+        takes no member slot and holds no part (every call routed to the parts' holders)."""
         loop = asyncio.get_running_loop()
         home = DirectoryHome(root) if isinstance(root, str) else root
         label = home.label
@@ -519,25 +520,36 @@ class PartedEngine(Engine):
         self._home = home
         self._route_address = route_address
         self._route_tls = route_tls
-        self._member = await loop.run_in_executor(None, home.join)
         key = home.key
-        member = self._member
-        try:
-            live = member.live()
-            if exclusive and len(live) > 1:
-                raise DirectoryLocked(label, None)
-            for p in range(count):
-                self._slots.append(await self._open_part(p, desired_holder(p, live) == member.slot))
-        except BaseException:
-            for s in self._slots:
-                with contextlib.suppress(Exception):
-                    await s.close()
-            member.release()
-            raise
+        if front_end:
+            try:
+                for p in range(count):
+                    self._slots.append(await self._open_part(p, False))
+            except BaseException:
+                for s in self._slots:
+                    with contextlib.suppress(Exception):
+                        await s.close()
+                raise
+        else:
+            self._member = await loop.run_in_executor(None, home.join)
+            member = self._member
+            try:
+                live = member.live()
+                if exclusive and len(live) > 1:
+                    raise DirectoryLocked(label, None)
+                for p in range(count):
+                    self._slots.append(await self._open_part(p, desired_holder(p, live) == member.slot))
+            except BaseException:
+                for s in self._slots:
+                    with contextlib.suppress(Exception):
+                        await s.close()
+                member.release()
+                raise
         if key is not None:
             HELD_HERE.add(key)
             self._on_release.append(lambda: HELD_HERE.discard(key))
-        self._rebalancer = loop.create_task(self._rebalance())
+        if not front_end:
+            self._rebalancer = loop.create_task(self._rebalance())
         return self
 
     @classmethod
@@ -620,7 +632,8 @@ class PartedEngine(Engine):
                 pass  # another member still holds it: it hands it over when it sees us
         await self._floop.run_in_executor(None, home.prepare_part, part)
         return await Follower.follow(home.part_place(part, lambda: self._falls_here(part)), opts,
-                                     self._route_timeout, self._route_address, self._route_tls)
+                                     self._route_timeout, self._route_address, self._route_tls,
+                                     take_over=self._member is not None)
 
     async def _rebalance(self) -> None:
         """Hands over, one at a time, the parts this process holds that fall to another member now."""
@@ -1052,4 +1065,6 @@ class PartedEngine(Engine):
             released()
 
     def __repr__(self) -> str:
+        if self._member is None and not self._read_only:
+            return f"<fusee engine on {self.root} ({self.parts} parts, a front end holding none)>"
         return f"<fusee engine on {self.root} ({self.parts} parts, holding {self.held_parts})>"

@@ -17,7 +17,7 @@ from typing import Any
 
 from fusee.engine import engine as holder
 from fusee.engine.engine import MEMORY_PATH, Engine, shared_directory
-from fusee.errors import DirectoryLocked, LeaseHeld
+from fusee.errors import DirectoryLocked, LeaseHeld, NotAnEngineDirectory
 from fusee.scale.follower import Follower
 from fusee.scale.owner import HELD_HERE, dir_key, open_owner
 from fusee.scale.parts import (
@@ -44,14 +44,24 @@ async def open_engine(
     route_address: str | None,
     route_tls: RouteTLS | None,
     parts: int | None = None,
+    front_end: bool = False,
     **options: Any,
 ) -> Engine:
-    """:meth:`fusee.Engine.open`: the owner of ``path``, or a follower of the process that owns it.
-    ``options`` are the holder's (``Engine._open``)."""
+    """:meth:`fusee.Engine.open`: the owner of ``path``, or a follower of the process that owns it
+    (never the owner with ``front_end``). ``options`` are the holder's (``Engine._open``)."""
     if not isinstance(route_timeout, (int, float)) or isinstance(route_timeout, bool) or route_timeout <= 0:
         raise ValueError(f"route_timeout must be a positive number of seconds, got {route_timeout!r}")
     target = MEMORY_PATH if path is None else os.fspath(path)
     on_postgres = pg_store.is_dsn(target)
+    if not isinstance(front_end, bool):
+        raise TypeError(f"front_end must be True or False, got {front_end!r}")
+    if front_end:
+        if path is None or options.get("env") is not None:
+            raise ValueError("front_end=True needs a directory on the real disk or a PostgreSQL DSN "
+                             "that other processes hold (not memory or env=...)")
+        if exclusive or options.get("read_only"):
+            raise ValueError("front_end=True routes every call to other processes: it cannot be "
+                             "exclusive=True or read_only=True")
     if route_address is not None:
         if not on_postgres:
             raise ValueError("route_address= applies to a PostgreSQL DSN: on a directory the owner "
@@ -83,7 +93,8 @@ async def open_engine(
                 raise ValueError("read_only=True is not supported yet on a PostgreSQL namespace with parts")
             try:
                 return await PartedEngine.open_parted(home, parts, options, route_timeout, exclusive=exclusive,
-                                                      route_address=_any_port(route_address), route_tls=route_tls)
+                                                      route_address=_any_port(route_address), route_tls=route_tls,
+                                                      front_end=front_end)
             except BaseException:
                 home.close()
                 raise
@@ -100,24 +111,39 @@ async def open_engine(
                              "read_only=True without parts=")
         if dir_key(target) in HELD_HERE:
             raise DirectoryLocked(target, os.getpid())
-        return await PartedEngine.open_parted(target, parts, options, route_timeout, exclusive=exclusive)
+        return await PartedEngine.open_parted(target, parts, options, route_timeout, exclusive=exclusive,
+                                              front_end=front_end)
     if shared and dir_key(target) in HELD_HERE:
         raise DirectoryLocked(target, os.getpid())
-    try:
-        return await open_owner(cls, path, options, route_address=route_address, route_tls=route_tls)
-    except DirectoryLocked:
-        if not shared or exclusive:
-            raise
-        place: Any = DirectoryPlace(target)
-    except LeaseHeld:
-        if exclusive or env is not None:
-            raise
-        namespace, lease_ttl = options.get("namespace"), options.get("lease_ttl")
-        place = PostgresPlace(target, pg_store.DEFAULT_NAMESPACE if namespace is None else namespace,
-                              pg_store.DEFAULT_LEASE_TTL if lease_ttl is None else lease_ttl, route_tls)
+    place: Any
+    if front_end and on_postgres:
+        place = _postgres_place(target, options, route_tls)
+    elif front_end:
+        if not os.path.isdir(target):
+            raise NotAnEngineDirectory(f"{target} does not exist: a front end follows a directory that "
+                                       "another process created and holds")
+        place = DirectoryPlace(target)
+    else:
+        try:
+            return await open_owner(cls, path, options, route_address=route_address, route_tls=route_tls)
+        except DirectoryLocked:
+            if not shared or exclusive:
+                raise
+            place = DirectoryPlace(target)
+        except LeaseHeld:
+            if exclusive or env is not None:
+                raise
+            place = _postgres_place(target, options, route_tls)
     # What the follower needs to open the place itself when it takes over (and for its view).
     follow_options = {k: v for k, v in options.items() if k != "read_only"}
-    return await Follower.follow(place, follow_options, route_timeout, route_address, route_tls)
+    return await Follower.follow(place, follow_options, route_timeout, route_address, route_tls,
+                                 take_over=not front_end)
+
+
+def _postgres_place(dsn: str, options: dict[str, Any], route_tls: RouteTLS | None) -> PostgresPlace:
+    namespace, lease_ttl = options.get("namespace"), options.get("lease_ttl")
+    return PostgresPlace(dsn, pg_store.DEFAULT_NAMESPACE if namespace is None else namespace,
+                         pg_store.DEFAULT_LEASE_TTL if lease_ttl is None else lease_ttl, route_tls)
 
 
 def _postgres_home(dsn: str, options: dict[str, Any], route_tls: RouteTLS | None) -> PostgresHome:

@@ -252,3 +252,25 @@ def test_the_parts_benchmark_runs_on_a_namespace_and_renders_its_rows(pg_dsn: st
     assert fanout["workload"] == "parts_fanout_pg" and all(fanout[f"steps_per_s_{n}"] > 0 for n in (1, 2))
     section = "\n".join(run_all.render_parts({"fusee-postgres": {"parts_fanout_pg": fanout}}))
     assert "## Parts (one PostgreSQL namespace" in section and "| 2 |" in section
+
+
+def test_a_front_end_on_a_namespace_holds_no_part_and_routes_every_call(pg_dsn: str, tmp_path: Path) -> None:
+    holder = _holder(pg_dsn, tmp_path)
+
+    async def main() -> None:
+        async with fusee.Engine.open(pg_dsn, namespace="shop", front_end=True, route_timeout=60,
+                                     workflows=[kid, parent, sink]) as eng:
+            assert isinstance(eng, PartedEngine) and eng.held_parts == [] and "front end" in repr(eng)
+            KIDS.clear()
+            assert await eng.execute(parent, "fe", 10) == sum(2 * i for i in range(10))
+            assert KIDS == {}, "a step ran in the front end"
+            await asyncio.sleep(1.5)  # past the lease: a front end still takes no part
+            assert eng.held_parts == []
+        (tmp_path / "release").touch()
+
+    try:
+        asyncio.run(main())
+        assert finish(holder)[-1]["held"] == [0, 1]
+    finally:
+        if holder.poll() is None:
+            holder.kill()
