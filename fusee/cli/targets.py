@@ -60,9 +60,10 @@ class Directory(Target):
 
     def __init__(self, path: str) -> None:
         from fusee.engine.engine import Engine
+        from fusee.storage.postgres import is_dsn
 
         self.label = path
-        if not os.path.exists(path):
+        if not is_dsn(path) and not os.path.exists(path):
             raise errors.NotAnEngineDirectory(f"{path} does not exist: there is no engine directory to read")
         self._runner = asyncio.Runner()
         try:

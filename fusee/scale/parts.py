@@ -553,19 +553,23 @@ class PartedEngine(Engine):
         return self
 
     @classmethod
-    async def open_view(cls, root: str, options: dict[str, Any]) -> PartedEngine:
-        """A read-only view of the parted directory ``root`` (``Engine.open(read_only=True)``):
-        every part opened read-only (no lock, no write, no workflow code run), reads merged as
-        on a holder; it holds nothing and takes no member slot."""
+    async def open_view(cls, root: str | Any, options: dict[str, Any]) -> PartedEngine:
+        """A read-only view of the parted directory ``root`` (or the parts home given: a
+        PostgreSQL namespace's) for ``Engine.open(read_only=True)``: every part opened read-only
+        (no lock, no lease, no write, no workflow code run), reads merged as on a holder; it
+        holds nothing and takes no member slot."""
         loop = asyncio.get_running_loop()
-        count = await loop.run_in_executor(None, read_parts, root)
+        home = DirectoryHome(root) if isinstance(root, str) else root
+        count = await loop.run_in_executor(None, home.read_parts)
         if count is None:
-            raise NotAnEngineDirectory(f"{root} is not a parted engine directory")
-        self = cls._blank(root, count, {**options, "limits": tuple(options.get("limits", ()))}, 1.0,
+            raise NotAnEngineDirectory(f"{home.label} is not a parted engine directory")
+        self = cls._blank(home.label, count, {**options, "limits": tuple(options.get("limits", ()))}, 1.0,
                           read_only=True)
+        self._home = home
         try:
             for p in range(count):
-                self._slots.append(await Engine.open(part_path(root, p), **self._options))
+                self._slots.append(await Engine.open(home.part_target(p), **{**self._options,
+                                                                             **home.part_options(p)}))
         except BaseException:
             for slot in self._slots:
                 with contextlib.suppress(Exception):

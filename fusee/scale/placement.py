@@ -88,10 +88,9 @@ async def open_engine(
         if not parted:
             home.close()
         else:
-            if read_only:
-                home.close()
-                raise ValueError("read_only=True is not supported yet on a PostgreSQL namespace with parts")
             try:
+                if read_only:
+                    return await PartedEngine.open_view(home, options)  # every part read-only, reads merged
                 return await PartedEngine.open_parted(home, parts, options, route_timeout, exclusive=exclusive,
                                                       route_address=_any_port(route_address), route_tls=route_tls,
                                                       front_end=front_end)

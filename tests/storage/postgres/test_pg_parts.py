@@ -274,3 +274,42 @@ def test_a_front_end_on_a_namespace_holds_no_part_and_routes_every_call(pg_dsn: 
     finally:
         if holder.poll() is None:
             holder.kill()
+
+
+def test_a_namespace_with_parts_reads_offline_beside_a_live_holder(
+        pg_dsn: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """read_only=True on a parted namespace opens every part's namespace read-only (no lease, no
+    member row) and merges the reads, beside a live holder; it refuses to act. The offline CLI
+    reads a parted default namespace the same way."""
+    from fusee.cli import main as cli
+
+    holder = _holder(pg_dsn, tmp_path)
+
+    async def main() -> None:
+        async with fusee.Engine.open(pg_dsn, namespace="shop", front_end=True, route_timeout=60,
+                                     workflows=[kid, parent, sink]) as eng:
+            assert await eng.execute(parent, "q", 8) == sum(2 * i for i in range(8))
+        async with fusee.Engine.open(pg_dsn, namespace="shop", read_only=True, workflows=[kid, parent, sink]) as eng:
+            assert isinstance(eng, PartedEngine) and eng.parts == 2 and eng.held_parts == []
+            assert sorted(r.workflow_id for r in eng.runs()) == sorted(["q", *(f"q-kid-{i}" for i in range(8))])
+            counts = eng.counts()
+            assert counts["ok"] == 9 and sum(counts.values()) == 9
+            assert eng.describe("q-kid-3").status == "ok"
+            assert [type(r).__name__ for r in await eng.journal("q-kid-3")] == ["Start", "Step", "Done"]
+            with pytest.raises(fusee.FuseeError):
+                await eng.start(kid, "new-run", 1)
+        (tmp_path / "release").touch()
+        # The default namespace, made with parts here, read by the offline CLI.
+        async with fusee.Engine.open(pg_dsn, parts=3, workflows=[kid, parent, sink]) as eng:
+            assert await eng.execute(parent, "c", 5) == sum(2 * i for i in range(5))
+
+    try:
+        asyncio.run(main())
+        assert finish(holder)[-1]["held"] == [0, 1]
+        assert cli(["count", pg_dsn, "--json"]) == 0
+        assert json.loads(capsys.readouterr().out)["counts"]["ok"] == 6
+        assert cli(["runs", pg_dsn, "--json", "--limit", "100"]) == 0
+        assert len(json.loads(capsys.readouterr().out)["items"]) == 6
+    finally:
+        if holder.poll() is None:
+            holder.kill()
