@@ -9,17 +9,28 @@ directory holds every record acknowledged up to the point and nothing after it.
 
 from __future__ import annotations
 
+import copy
 import datetime
 import os
 from typing import Any
 
+from fusee.backup.parted import (
+    PARTS_KEY,
+    list_parted_points,
+    mark_parted,
+    part_target,
+    parted_count,
+    restore_parted,
+)
 from fusee.backup.restore import PointInfo, Restored, list_points
 from fusee.backup.restore import restore as _restore
-from fusee.backup.targets import LocalTarget, Target, open_target
+from fusee.backup.targets import LocalTarget, PrefixedTarget, Target, open_target
 from fusee.backup.uploader import BackupStatus, BackupThread, Uploader
 from fusee.durations import to_ms
+from fusee.errors import BackupError
 from fusee.storage.directory import read_meta
 from fusee.storage.log import SharedLog
+from fusee.storage.partsfile import part_path, read_parts
 from fusee.storage.posix import PosixStorage, RootedPosixStorage
 
 __all__ = [
@@ -58,12 +69,26 @@ class Backup:
             raise ValueError(f"interval must be positive, not {interval!r}")
         self.target = open_target(target, **options)
 
+    def under(self, prefix: str) -> Backup:
+        """The same backup (interval, retries, alerts) into the objects of this target under
+        ``prefix`` (``"part-003/"``): one part's, inside a parted directory's target."""
+        twin = copy.copy(self)
+        twin.target = PrefixedTarget(self.target, prefix)
+        return twin
+
     def start(self, log: SharedLog) -> BackupThread:
         """Starts backing up ``log``'s directory (the engine calls it once the log is open)."""
         storage = log.storage
         if not isinstance(storage, RootedPosixStorage):
             raise ValueError("backup= needs an engine directory on the disk (not an engine in "
                              "memory, a simulation or a PostgreSQL namespace)")
+        try:
+            parted = parted_count(self.target) is not None
+        except OSError:
+            parted = False  # the target is unreachable now: the uploads retry, and report it
+        if parted:
+            raise BackupError(f"the backup target {self.target.name} holds the backup of a directory "
+                              "with parts: give each directory a target of its own")
         thread = BackupThread(Uploader(_EngineSource(log, storage.duplicate()), self.target),
                               self.interval, retry_max=self.retry_max, alert_after=self.alert_after)
         thread.start()
@@ -123,6 +148,12 @@ def backup_once(directory: str | os.PathLike[str], target: str | os.PathLike[str
     from fusee.errors import NotAnEngineDirectory
 
     path = os.fspath(directory)
+    parts = read_parts(path)
+    if parts is not None:
+        into = open_target(target, **options)
+        mark_parted(into, parts)
+        each = [backup_once(part_path(path, p), part_target(into, p)) for p in range(parts)]
+        return PointInfo(PARTS_KEY, min(i.time for i in each), sum(i.position for i in each))
     if not os.path.isfile(os.path.join(path, "meta")):
         raise NotAnEngineDirectory(f"{path} is not an engine directory (no meta file): nothing to back up")
     source = _DirectorySource(path)
@@ -134,8 +165,11 @@ def backup_once(directory: str | os.PathLike[str], target: str | os.PathLike[str
 
 
 def points(target: str | os.PathLike[str] | Target, **options: Any) -> list[PointInfo]:
-    """The points ``target`` holds, oldest first (``restore`` takes their time or position)."""
-    return list_points(open_target(target, **options))
+    """The points ``target`` holds, oldest first (``restore`` takes their time or position); of a
+    parted directory's target, every part's, each key with its part's folder (``part-003/``)."""
+    into = open_target(target, **options)
+    parts = parted_count(into)
+    return list_points(into) if parts is None else list_parted_points(into, parts)
 
 
 def restore(target: str | os.PathLike[str] | Target, directory: str | os.PathLike[str], *,
@@ -143,5 +177,16 @@ def restore(target: str | os.PathLike[str] | Target, directory: str | os.PathLik
             **options: Any) -> Restored:
     """Rebuilds ``directory`` (new or empty) from ``target``: its newest point, the newest at or
     before ``at`` (a datetime or Unix time), or cut after the batch at ``position``. Opening it
-    needs the codec keys of the records it holds. See :func:`fusee.backup.restore.restore`."""
-    return _restore(open_target(target, **options), directory, at=at, position=position)
+    needs the codec keys of the records it holds. See :func:`fusee.backup.restore.restore`.
+
+    The backup of a parted directory restores every part, each from its own newest point at or
+    before ``at`` (the parts' points are not one cut across them: see docs/operations.md); a
+    ``position`` names a batch of one part's log, so it is refused there (``ValueError``)."""
+    into = open_target(target, **options)
+    parts = parted_count(into)
+    if parts is None:
+        return _restore(into, directory, at=at, position=position)
+    if position is not None:
+        raise ValueError(f"{into.name} holds the backup of a directory of {parts} parts: each part's log "
+                         "has positions of its own, so restore it with at= (a time), not position=")
+    return restore_parted(into, parts, directory, at=at)

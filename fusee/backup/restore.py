@@ -33,6 +33,9 @@ class Restored:
     time: datetime.datetime
     #: The point's key in the target.
     point: str
+    #: A parted directory's parts, each as restored (then ``position`` is their sum, ``time``
+    #: the oldest of their points' and ``point`` the target's parts marker).
+    parts: tuple[Restored, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)

@@ -106,6 +106,32 @@ class LocalTarget:
         return f"LocalTarget({self.path!r})"
 
 
+class PrefixedTarget:
+    """The objects of ``inner`` under ``prefix`` (``"part-003/"``), as a target of their own: one
+    part's backup inside a parted directory's."""
+
+    def __init__(self, inner: Target, prefix: str) -> None:
+        assert prefix.endswith("/") and not prefix.startswith("/"), prefix
+        self.inner, self.prefix = inner, prefix
+        self.name = f"{inner.name.rstrip('/')}/{prefix.rstrip('/')}"
+
+    def put(self, key: str, data: bytes) -> None:
+        self.inner.put(self.prefix + key, data)
+
+    def get(self, key: str) -> bytes:
+        return self.inner.get(self.prefix + key)
+
+    def exists(self, key: str) -> bool:
+        return self.inner.exists(self.prefix + key)
+
+    def list(self, prefix: str) -> list[str]:
+        n = len(self.prefix)
+        return [k[n:] for k in self.inner.list(self.prefix + prefix)]
+
+    def __repr__(self) -> str:
+        return f"PrefixedTarget({self.inner!r}, {self.prefix!r})"
+
+
 def open_target(target: str | os.PathLike[str] | Target, **options: Any) -> Target:
     """The target ``target`` names: an ``s3://bucket/prefix`` URL (``options``: see
     :class:`fusee.backup.s3.S3Target`), a local directory path, or a ``Target`` as it is."""

@@ -35,7 +35,6 @@ import dataclasses
 import errno
 import fcntl
 import hashlib
-import json
 import logging
 import os
 import threading
@@ -45,6 +44,7 @@ from typing import Any
 import msgspec
 
 from fusee import journal_file
+from fusee.backup.parted import mark_parted
 from fusee.definitions import WorkflowDef
 from fusee.engine.engine import Engine, RunHandle, RunSummary
 from fusee.engine.visibility import Metrics, RunPage, ShardMetrics
@@ -75,15 +75,19 @@ from fusee.scale.owner import HELD_HERE, dir_key, open_owner
 from fusee.scale.places import DirectoryPlace
 from fusee.scale.server import dispatch
 from fusee.storage.directory import read_epoch
+from fusee.storage.partsfile import (
+    MAX_PARTS,
+    MEMBERS_DIR,
+    create_parts,
+    part_name,
+    part_path,
+    read_parts,
+)
 from fusee.storage.posix import PosixStorage
 
 logger = logging.getLogger("fusee.scale")
 
-#: ``<dir>/parts``: the part count, fixed when the directory is created.
-PARTS_FILE = "parts"
-MEMBERS_DIR = "members"
-#: The most parts, and the most processes open on one directory at once.
-MAX_PARTS = 256
+#: The most processes open on one directory at once.
 MAX_MEMBERS = 256
 #: How often a member looks whether a part it holds now falls to another (a process joined).
 REBALANCE_EVERY_S = 0.2
@@ -95,25 +99,6 @@ def part_of(workflow_id: str, parts: int) -> int:
     """The part a workflow ID lives on: a stable hash, independent of the shard hash inside a part."""
     h = hashlib.blake2b(workflow_id.encode(), digest_size=8, person=b"fusee-part").digest()
     return int.from_bytes(h, "little") % parts
-
-
-def part_path(root: str, part: int) -> str:
-    return f"{root}/part-{part:03d}"
-
-
-def read_parts(root: str) -> int | None:
-    """The part count of a parted directory ``root`` (None: not a parted directory)."""
-    try:
-        with open(f"{root}/{PARTS_FILE}", "rb") as f:
-            data = json.loads(f.read(4096))
-    except (FileNotFoundError, NotADirectoryError):
-        return None  # not parted (or not a directory at all: the plain open says so)
-    except (OSError, ValueError) as e:
-        raise NotAnEngineDirectory(f"{root}/{PARTS_FILE} cannot be read ({e}): is this a Fusee directory?") from e
-    n = data.get("parts") if isinstance(data, dict) else None
-    if data.get("format") != 1 or not isinstance(n, int) or not 1 <= n <= MAX_PARTS:
-        raise NotAnEngineDirectory(f"{root}/{PARTS_FILE} is not a parts file Fusee wrote: {data!r}")
-    return n
 
 
 #: The environment variable that gives the part count of a directory created without ``parts=``
@@ -134,60 +119,6 @@ def parts_from_env() -> int | None:
     if not 1 <= n <= MAX_PARTS:
         raise ValueError(f"{PARTS_ENV}={raw!r} is not a part count: give an int from 1 to {MAX_PARTS} "
                          "(the parts of a directory created without parts=), or unset it")
-    return n
-
-
-def is_new_directory(root: str) -> bool:
-    """Whether ``root`` holds no engine yet: missing, empty, or only what a parted directory's
-    creation in progress leaves (another process creating it at this moment)."""
-    try:
-        entries = os.listdir(root)
-    except FileNotFoundError:
-        return True
-    return all(e in (MEMBERS_DIR, PARTS_FILE) or e.startswith(f"{PARTS_FILE}.tmp") for e in entries)
-
-
-def create_parts(root: str, parts: int) -> int:
-    """Makes ``root`` a parted directory of ``parts`` parts, or returns the count it already has.
-
-    The parts file is written once, atomically and durably (temp file, fsync, link); two
-    processes creating it at once agree on the first one's count."""
-    if not isinstance(parts, int) or isinstance(parts, bool) or not 1 <= parts <= MAX_PARTS:
-        raise ValueError(f"parts must be an int from 1 to {MAX_PARTS}, not {parts!r}")
-    existing = read_parts(root)
-    if existing is not None:
-        return existing
-    os.makedirs(root, exist_ok=True)
-    # Another process creating it at the same moment leaves only these.
-    entries = {e for e in os.listdir(root) if e not in (MEMBERS_DIR, PARTS_FILE)
-               and not e.startswith(f"{PARTS_FILE}.tmp")}
-    if entries:
-        # Another process may have created the parts file (then its parts) between our first look
-        # and the listing: the parts file is linked before any part exists, so it is there now.
-        existing = read_parts(root)
-        if existing is not None:
-            return existing
-        raise NotAnEngineDirectory(
-            f"{root} already holds files an engine without parts wrote, or other files ({sorted(entries)[:3]}): "
-            "parts= applies when a directory is created; open it without parts=, or use a new directory")
-    tmp = f"{root}/{PARTS_FILE}.tmp{os.getpid()}"
-    with open(tmp, "wb") as f:
-        f.write(json.dumps({"format": 1, "parts": parts}).encode())
-        f.flush()
-        os.fsync(f.fileno())
-    try:
-        os.link(tmp, f"{root}/{PARTS_FILE}")  # fails if another process created it first
-    except FileExistsError:
-        pass
-    finally:
-        os.unlink(tmp)
-    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    n = read_parts(root)
-    assert n is not None
     return n
 
 
@@ -377,6 +308,8 @@ class PartMail:
 
     async def send(self, kind: str, args: tuple[Any, ...]) -> bool:
         parted = self._parted
+        if not parted._all_open.is_set():
+            await parted._all_open.wait()
         target = part_of(mail_target(kind, args), parted.parts)
         data = msgspec.msgpack.encode(args)
         epoch = parted._slots[self.part].epoch  # the part is held here: its engine's epoch
@@ -490,6 +423,9 @@ class PartedEngine(Engine):
     _moving: asyncio.Lock
     #: Parts being handed over now: set once the part's next engine (a follower) is in place.
     _moved: dict[int, asyncio.Event]
+    #: Set once every part has its engine (held or followed): the relay waits for it, since a
+    #: part recovering at open sends what its runs owe before the later parts are opened.
+    _all_open: asyncio.Event
 
     @classmethod
     async def open_parted(cls, root: str | Any, parts: int | None, options: dict[str, Any],
@@ -516,6 +452,12 @@ class PartedEngine(Engine):
                                          "the part count is fixed when the directory is created")
         limits = tuple(options.get("limits", ()))
         check_limits(limits, count)
+        backup = options.get("backup")
+        if backup is not None:
+            if not isinstance(home, DirectoryHome):
+                raise ValueError("backup= needs an engine directory on the disk (not a PostgreSQL namespace)")
+            # Each part backs up under part-NNN/ of the target, which says it holds parts.
+            await loop.run_in_executor(None, mark_parted, backup.target, count)
         self = cls._blank(label, count, {**options, "limits": limits}, route_timeout, read_only=False)
         self._home = home
         self._route_address = route_address
@@ -548,6 +490,7 @@ class PartedEngine(Engine):
         if key is not None:
             HELD_HERE.add(key)
             self._on_release.append(lambda: HELD_HERE.discard(key))
+        self._all_open.set()
         if not front_end:
             self._rebalancer = loop.create_task(self._rebalance())
         return self
@@ -563,8 +506,8 @@ class PartedEngine(Engine):
         count = await loop.run_in_executor(None, home.read_parts)
         if count is None:
             raise NotAnEngineDirectory(f"{home.label} is not a parted engine directory")
-        self = cls._blank(home.label, count, {**options, "limits": tuple(options.get("limits", ()))}, 1.0,
-                          read_only=True)
+        self = cls._blank(home.label, count, {**options, "limits": tuple(options.get("limits", ())), "backup": None},
+                          1.0, read_only=True)
         self._home = home
         try:
             for p in range(count):
@@ -596,6 +539,7 @@ class PartedEngine(Engine):
         self._rebalancer = None
         self._moving = asyncio.Lock()
         self._moved = {}
+        self._all_open = asyncio.Event()
         self._member = None
         self._slots = []
         self._home = DirectoryHome(root)
@@ -611,7 +555,11 @@ class PartedEngine(Engine):
 
     def _part_options(self, part: int) -> dict[str, Any]:
         limits = tuple(part_share(limit, part, self.parts) for limit in self._options["limits"])
-        return {**self._options, "limits": limits, "_mail": PartMail(self, part)}
+        out = {**self._options, "limits": limits, "_mail": PartMail(self, part)}
+        backup = self._options.get("backup")
+        if backup is not None:
+            out["backup"] = backup.under(f"{part_name(part)}/")
+        return out
 
     def _falls_here(self, part: int) -> bool:
         """Whether part ``part`` falls to this process now (called on a lease's waiting thread too)."""
@@ -930,7 +878,7 @@ class PartedEngine(Engine):
         part order, numbered on (part ``p``'s shard ``s`` is ``p * k + s``, ``k`` shards per part);
         run counts are every part's. Step, flush, timer and memory figures are those of the parts
         this process holds (the others' are their holders' own); flush p50 and p99 are the largest
-        among them. No backup status (backup is not supported on parts yet)."""
+        among them. No backup status here (each part's backup has its own: docs/operations.md)."""
         self._check_open()
         each = [slot.metrics() for slot in self._slots]
         shards: builtins.list[ShardMetrics] = []

@@ -20,18 +20,12 @@ from fusee.engine.engine import MEMORY_PATH, Engine, shared_directory
 from fusee.errors import DirectoryLocked, LeaseHeld, NotAnEngineDirectory
 from fusee.scale.follower import Follower
 from fusee.scale.owner import HELD_HERE, dir_key, open_owner
-from fusee.scale.parts import (
-    MAX_MEMBERS,
-    MAX_PARTS,
-    PartedEngine,
-    is_new_directory,
-    parts_from_env,
-    read_parts,
-)
+from fusee.scale.parts import MAX_MEMBERS, PartedEngine, parts_from_env
 from fusee.scale.pg_parts import PostgresHome
 from fusee.scale.places import DirectoryPlace, PostgresPlace
 from fusee.scale.tcp import DEFAULT_ROUTE_ADDRESS, parse_address
 from fusee.storage import postgres as pg_store
+from fusee.storage.partsfile import MAX_PARTS, is_new_directory, read_parts
 from fusee.tls import RouteTLS, checked
 
 

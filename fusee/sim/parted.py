@@ -76,12 +76,13 @@ from fusee.errors import (
     StorageError,
 )
 from fusee.runtime.runtime import MAIL_TYPES, mail_target
-from fusee.scale.parts import part_of, part_path
+from fusee.scale.parts import part_of
 from fusee.scale.server import dispatch
 from fusee.sim.env import SimEnv
 from fusee.sim.loop import SimLoop
 from fusee.sim.scaleout import ScaleFailure, open_options, seeds_main, trace_hash
 from fusee.storage.directory import bump_epoch, read_epoch
+from fusee.storage.partsfile import part_path
 from fusee.storage.simdisk import SimDisk
 
 ROOT = "/parted"

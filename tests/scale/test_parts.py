@@ -14,8 +14,9 @@ import pytest
 import fusee
 from fusee.errors import DirectoryLocked, InvalidQuery, NotAnEngineDirectory, ShardCountMismatch
 from fusee.scale.lease import read_owner
-from fusee.scale.parts import PARTS_ENV, PartedEngine, part_of, part_path, read_parts
+from fusee.scale.parts import PARTS_ENV, PartedEngine, part_of
 from fusee.storage.directory import read_epoch
+from fusee.storage.partsfile import part_path, read_parts
 from fusee.storage.posix import PosixStorage
 from tests.helpers import finish, ledger
 from tests.scale.test_directory_scale import (
@@ -138,7 +139,7 @@ def test_a_process_that_looked_before_another_created_the_directory_agrees_with_
         tmp_path: Path, monkeypatch: Any) -> None:
     # The window of two processes opening a new directory at once: this one found no parts file,
     # then the other created it and its first part before this one listed the directory.
-    import fusee.scale.parts as parts_module
+    import fusee.storage.partsfile as parts_module
 
     root = tmp_path / "d"
     assert parts_module.create_parts(str(root), 3) == 3
@@ -334,3 +335,29 @@ def test_a_parted_directory_reads_offline_while_a_process_holds_it(
     finally:
         if holder.poll() is None:
             holder.kill()
+
+
+def test_one_process_reopens_a_killed_directory_and_every_message_between_parts_arrives(tmp_path: Path) -> None:
+    """SIGKILL of the only holder while parents on every part wait for children on the others;
+    one process reopens it: each part, recovering before the later ones are open, sends again
+    what its runs owe other parts, and every acknowledged parent completes with its children."""
+    from tests.backup.test_parted_backup import APP, expected
+    from tests.backup.test_parted_backup import kid as pkid
+    from tests.backup.test_parted_backup import parent as pparent
+
+    d = tmp_path / "data"
+    app = spawn("-c", APP, str(d), "-")
+    assert app.stdout is not None
+    acked: list[str] = []
+    while len(acked) < 200:
+        line = app.stdout.readline()
+        assert line, f"the app exited: {app.communicate()}"
+        acked.append(json.loads(line)["acked"])
+    app.send_signal(signal.SIGKILL)
+    app.communicate()
+
+    async def main() -> dict[str, Any]:
+        async with fusee.Engine.open(d, workflows=[pkid, pparent]) as eng:
+            return {w: await asyncio.wait_for(eng.get(w).result(), 60) for w in acked}
+
+    assert asyncio.run(main()) == {w: expected(4) for w in acked}
