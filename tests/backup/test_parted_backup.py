@@ -139,6 +139,5 @@ def test_a_restore_after_a_kill_lets_every_run_across_parts_complete(tmp_path: P
                 assert value == expected(4), (name, w, value)
             else:
                 assert value == 2 * int(w.rsplit("-k", 1)[1]), (name, w, value)
-        # Every child a restored parent waited for exists and finished with it.
-        for p in parents:
-            assert {f"{p}-k{i}" for i in range(4)} <= set(got), (name, p)
+        # (A parent whose point holds its children's results completes from its journal even
+        # when the children's part's point lacks them: nothing is asked of that part then.)
