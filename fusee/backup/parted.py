@@ -22,7 +22,7 @@ import os
 import shutil
 
 from fusee.backup import manifest as mf
-from fusee.backup.restore import PointInfo, Restored, list_points
+from fusee.backup.restore import PointInfo, Restored, fsync_dir, list_points, new_destination
 from fusee.backup.restore import restore as restore_one
 from fusee.backup.targets import PrefixedTarget, Target
 from fusee.errors import BackupError
@@ -81,10 +81,7 @@ def restore_parted(target: Target, parts: int, directory: str | os.PathLike[str]
     """Rebuilds the parted ``directory`` (new, or empty): each part from its newest point, or its
     newest at or before ``at``. Built beside the destination and renamed into place once every
     part restored and checked: a failed restore leaves no half directory behind."""
-    dest = os.path.abspath(os.fspath(directory))
-    if os.path.exists(dest) and (not os.path.isdir(dest) or os.listdir(dest)):
-        raise BackupError(f"{dest} exists and is not an empty directory: restore into a new one "
-                          "(nothing was changed)")
+    dest = new_destination(directory)
     parent = os.path.dirname(dest)
     os.makedirs(parent, exist_ok=True)
     tmp = f"{dest}.restoring-{os.getpid()}"
@@ -95,11 +92,7 @@ def restore_parted(target: Target, parts: int, directory: str | os.PathLike[str]
         if os.path.isdir(dest):
             os.rmdir(dest)
         os.rename(tmp, dest)
-        fd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        fsync_dir(parent)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -126,7 +126,16 @@ def _write(path: str, data: bytes, size: int | None = None) -> None:
         os.close(fd)
 
 
-def _fsync_dir(path: str) -> None:
+def new_destination(directory: str | os.PathLike[str]) -> str:
+    """``directory`` as an absolute path, which must be new or empty (``BackupError`` otherwise)."""
+    dest = os.path.abspath(os.fspath(directory))
+    if os.path.exists(dest) and (not os.path.isdir(dest) or os.listdir(dest)):
+        raise BackupError(f"{dest} exists and is not an empty directory: restore into a new one "
+                          "(nothing was changed)")
+    return dest
+
+
+def fsync_dir(path: str) -> None:
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         os.fsync(fd)
@@ -158,10 +167,7 @@ def restore(target: Target, directory: str | os.PathLike[str], *,
         raise ValueError("give at= or position=, not both")
     if position is not None and (not isinstance(position, int) or position < 0):
         raise ValueError(f"position must be an int ≥ 0, not {position!r}")
-    dest = os.path.abspath(os.fspath(directory))
-    if os.path.exists(dest) and (not os.path.isdir(dest) or os.listdir(dest)):
-        raise BackupError(f"{dest} exists and is not an empty directory: restore into a new one "
-                          "(nothing was changed)")
+    dest = new_destination(directory)
     point = _choose(target, at, position)
     parent = os.path.dirname(dest)
     os.makedirs(parent, exist_ok=True)
@@ -187,7 +193,7 @@ def restore(target: Target, directory: str | os.PathLike[str], *,
         if os.path.isdir(dest):
             os.rmdir(dest)
         os.rename(tmp, dest)
-        _fsync_dir(parent)
+        fsync_dir(parent)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -230,5 +236,5 @@ def _assemble(target: Target, point: mf.Point, tmp: str, position: int | None) -
     for blob in point.blobs:
         _write(os.path.join(tmp, "blobs", blob.name), _get(target, blob.ref))
     for sub in ("log", "blobs", ""):
-        _fsync_dir(os.path.join(tmp, sub) if sub else tmp)
+        fsync_dir(os.path.join(tmp, sub) if sub else tmp)
     return end_position
