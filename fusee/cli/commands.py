@@ -23,6 +23,7 @@ from fusee.engine.bulk import ACTIONS as BULK_ACTIONS
 from fusee.engine.bulk import MAX_BULK
 from fusee.engine.query_grammar import split_order
 from fusee.engine.visibility import STATUSES
+from fusee.storage.partsfile import MAX_PARTS
 
 #: Environment variables that stand for --url and --token.
 URL_ENV = "FUSEE_URL"
@@ -859,13 +860,16 @@ def serve(factory: str, host: str, port: int, token: str | None, tokens_file: st
 @click.argument("factory", metavar="MODULE:FACTORY")
 @click.option("-n", "--workers", "count", type=click.IntRange(1), default=os.cpu_count() or 1,
               show_default="the number of CPUs", help="How many worker processes.")
-def workers(factory: str, count: int) -> None:
-    """Run COUNT processes that each open the engine MODULE:FACTORY returns and hold it open
-    (on a directory created with parts=, each runs a share of the parts): throughput from every
-    core. Restarts a worker that dies; SIGTERM or Ctrl-C closes them all gracefully."""
+@click.option("--parts", type=click.IntRange(1, MAX_PARTS), default=None,
+              help="The part count of a directory or namespace the workers create (one that exists keeps "
+                   "its own). Default: $FUSEE_PARTS if set, else the worker count.")
+def workers(factory: str, count: int, parts: int | None) -> None:
+    """Run COUNT processes that each open the engine MODULE:FACTORY returns and hold it open,
+    each running a share of the parts: throughput from every core. A directory the workers create
+    gets parts (--parts); restarts a worker that dies; SIGTERM or Ctrl-C closes them all gracefully."""
     from fusee.cli.workers import supervise
 
-    code = supervise(factory, count)
+    code = supervise(factory, count, parts)
     if code:
         sys.exit(code)
 

@@ -9,7 +9,12 @@ five times in a row stops them all: the factory is broken), and on SIGTERM or
 SIGINT stops every worker and waits for them.
 
 A worker is ``python -m fusee.cli.workers MODULE:FACTORY INDEX`` with
-``FUSEE_WORKER_INDEX`` set to its index (0 .. N-1), which a factory may read.
+``FUSEE_WORKER_INDEX`` set to its index (0 .. N-1), which a factory may read,
+``FUSEE_WORKERS`` to N, and ``FUSEE_PARTS`` to the part count a directory
+created now gets (``--parts``, else ``FUSEE_PARTS`` as given, else N when N > 1),
+so that N workers on a new directory split its work with no ``parts=`` in the
+factory. A worker whose engine has no parts says so when there are several
+workers: one of them would run every step.
 """
 
 from __future__ import annotations
@@ -23,6 +28,10 @@ import time
 from typing import Any
 
 from fusee.http.serve import load_factory, open_engine
+from fusee.scale.parts import PARTS_ENV, PartedEngine
+
+#: The worker count, in each worker's environment.
+WORKERS_ENV = "FUSEE_WORKERS"
 
 #: A worker that ends sooner than this after its start counts as failing to start.
 EARLY_EXIT_S = 3.0
@@ -47,6 +56,10 @@ def run_worker(spec: str, index: int) -> int:
         engine = await open_engine(factory)
         try:
             _say(f"worker {index} (pid {os.getpid()}) opened {engine!r}")
+            if index == 0 and int(os.environ.get(WORKERS_ENV, "1")) > 1 and not isinstance(engine, PartedEngine):
+                _say("the engine has no parts (its directory or namespace existed without them, or it is "
+                     "not on a directory): one worker runs every workflow and step, the others route to it. "
+                     "Create the directory with parts= or under FUSEE_PARTS (docs/scale-out.md#parts)")
             await stop.wait()
         finally:
             await engine.close()
@@ -59,11 +72,20 @@ def run_worker(spec: str, index: int) -> int:
 class Supervisor:
     """Starts ``count`` workers of ``spec`` and keeps them running until :meth:`stop`."""
 
-    def __init__(self, spec: str, count: int) -> None:
+    def __init__(self, spec: str, count: int, parts: int | None = None) -> None:
         if count < 1:
             raise ValueError(f"give at least one worker, got {count}")
+        if parts is not None and parts < 1:
+            raise ValueError(f"give at least one part, got {parts}")
         load_factory(spec)  # a typo in MODULE:FACTORY fails here, once, not in every worker
         self.spec, self.count = spec, count
+        #: What FUSEE_PARTS the workers get (None: as the supervisor's environment has it).
+        if parts is not None:
+            self.parts: str | None = str(parts)
+        elif os.environ.get(PARTS_ENV, "").strip():
+            self.parts = None
+        else:
+            self.parts = str(count) if count > 1 else None
         self.stopping = False
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
         self._started: dict[int, float] = {}
@@ -71,6 +93,9 @@ class Supervisor:
 
     def _spawn(self, index: int) -> None:
         env = dict(os.environ, FUSEE_WORKER_INDEX=str(index))
+        env[WORKERS_ENV] = str(self.count)
+        if self.parts is not None:
+            env[PARTS_ENV] = self.parts  # only a directory created now takes it (parts_from_env)
         if os.getcwd() not in env.get("PYTHONPATH", "").split(os.pathsep):
             # The factory's module is found from where the command runs, as in the supervisor.
             env["PYTHONPATH"] = os.pathsep.join(p for p in (os.getcwd(), env.get("PYTHONPATH")) if p)
@@ -116,9 +141,10 @@ class Supervisor:
         return 1 if failed else 0
 
 
-def supervise(spec: str, count: int) -> int:
-    """The command: runs ``count`` workers until SIGTERM or SIGINT; the exit code."""
-    sup = Supervisor(spec, count)
+def supervise(spec: str, count: int, parts: int | None = None) -> int:
+    """The command: runs ``count`` workers until SIGTERM or SIGINT; the exit code. ``parts``: the
+    part count of a directory the workers create (default: ``FUSEE_PARTS``, else ``count``)."""
+    sup = Supervisor(spec, count, parts)
     signal.signal(signal.SIGTERM, sup.stop)
     signal.signal(signal.SIGINT, sup.stop)
     return sup.run()

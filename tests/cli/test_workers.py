@@ -105,3 +105,92 @@ def test_a_broken_factory_fails_once_with_a_clear_message(tmp_path: Path) -> Non
     _, err = sup.communicate(timeout=120)  # the worker fails at every start: the supervisor gives up
     assert sup.returncode == 1
     assert "must return a fusee.Engine" in err and "right after its start" in err
+
+
+PLAIN_APP = textwrap.dedent("""
+    import os
+    import fusee
+
+    @fusee.workflow("wk-pid")
+    async def pid(ctx: fusee.Ctx, n: int) -> list:
+        v = await ctx.step("pid", lambda: [n, os.getpid()])
+        return v
+
+    def make_engine():
+        # No parts= here: `fusee workers` decides what a directory created now gets.
+        return fusee.Engine.open(os.path.join(os.path.dirname(__file__), "data"), workflows=[pid],
+                                 route_timeout=60)
+""")
+
+
+def _run_until_every_worker_ran(tmp_path: Path, module: str, pids: set[int]) -> None:
+    """Executes workflows through a front end until each worker pid has run a step (a joining worker
+    takes its part a moment after it opened)."""
+    sys.path.insert(0, str(tmp_path))
+    try:
+        app = __import__(module)
+
+        async def load() -> None:
+            async with fusee.Engine.open(tmp_path / "data", workflows=[app.pid], front_end=True,
+                                         route_timeout=60) as eng:
+                seen: set[int] = set()
+                deadline = time.monotonic() + 60
+                i = 0
+                while not pids <= seen:
+                    assert time.monotonic() < deadline, f"workers {pids - seen} ran no step"
+                    got = await asyncio.gather(*(eng.execute(app.pid, f"p{i + j}", i + j) for j in range(20)))
+                    assert [n for n, _ in got] == list(range(i, i + 20))
+                    seen |= {p for _, p in got}
+                    i += 20
+                    await asyncio.sleep(0.05)
+
+        asyncio.run(load())
+    finally:
+        sys.modules.pop(module, None)
+        sys.path.remove(str(tmp_path))
+
+
+def test_workers_create_a_new_directory_with_a_part_per_worker_or_the_parts_given(tmp_path: Path) -> None:
+    from fusee.storage.partsfile import read_parts
+
+    for n, extra, want in ((2, (), 2), (2, ("--parts", "3"), 3)):
+        d = tmp_path / f"case{want}"
+        d.mkdir()
+        (d / "wkplain.py").write_text(PLAIN_APP)
+        sup = _workers(d, "wkplain:make_engine", "-n", str(n), *extra)
+        out = _Lines(sup)
+        try:
+            pids = {int(m[2]) for m in out.wait(r"worker (\d) \(pid (\d+)\) opened", n)}
+            assert read_parts(str(d / "data")) == want
+            _run_until_every_worker_ran(d, "wkplain", pids)
+            assert not any("has no parts" in line for line in out.lines)
+            sup.send_signal(signal.SIGTERM)
+            assert sup.wait(timeout=60) == 0
+        finally:
+            if sup.poll() is None:
+                sup.kill()
+                sup.wait()
+
+
+def test_workers_keep_an_existing_plain_directory_and_say_one_worker_runs_every_step(tmp_path: Path) -> None:
+    from fusee.storage.partsfile import read_parts
+
+    (tmp_path / "wkplain2.py").write_text(PLAIN_APP)
+
+    async def create() -> None:
+        async with fusee.Engine.open(tmp_path / "data"):
+            pass
+
+    asyncio.run(create())
+    sup = _workers(tmp_path, "wkplain2:make_engine", "-n", "2")
+    out = _Lines(sup)
+    try:
+        out.wait(r"worker (\d) \(pid (\d+)\) opened", 2)
+        out.wait(r"the engine has no parts")
+        assert read_parts(str(tmp_path / "data")) is None
+        sup.send_signal(signal.SIGTERM)
+        assert sup.wait(timeout=60) == 0
+    finally:
+        if sup.poll() is None:
+            sup.kill()
+            sup.wait()
