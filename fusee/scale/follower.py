@@ -49,7 +49,7 @@ from fusee.errors import (
 )
 from fusee.flow.api import ScheduleList
 from fusee.flow.rules import Receipt
-from fusee.limits import Limit, LimitStatus
+from fusee.limits import KEEP, Limit, LimitStatus
 from fusee.objects import ObjectDef
 from fusee.runtime.runtime import IF_FINISHED, IF_RUNNING
 from fusee.runtime.streams import StreamBatch
@@ -836,13 +836,12 @@ class Follower(Engine):
     def limits(self) -> dict[str, LimitStatus]:
         return self._view_engine().limits()
 
-    def set_limit(self, name: str, *, concurrency: Any = None, per_second: Any = None,
-                  weights: Any = None) -> Limit:
-        """Limits bound the owner's step executions: change them in the owning process."""
+    def set_limit(self, name: str, *, concurrency: Any = KEEP, per_second: Any = KEEP,
+                  weights: Any = KEEP) -> Limit:
+        """See :meth:`fusee.Engine.set_limit`: once this process took the directory over (its steps run
+        here). Before, limits bound the owner's step executions: change them in the owning process."""
         if self._local is not None:
-            kw = {k: v for k, v in (("concurrency", concurrency), ("per_second", per_second),
-                                     ("weights", weights)) if v is not None}
-            return self._local.set_limit(name, **kw)
+            return self._local.set_limit(name, concurrency=concurrency, per_second=per_second, weights=weights)
         raise FuseeError("set_limit on a follower: limits bound the steps the owner runs; call it in the "
                          "process that owns the directory (engine.is_owner)")
 

@@ -66,7 +66,7 @@ from fusee.errors import (
 )
 from fusee.flow import schedules, windows
 from fusee.flow.api import ScheduleInfo, ScheduleList
-from fusee.limits import Limit, LimitStatus
+from fusee.limits import KEEP, Limit, LimitStatus
 from fusee.objects import Handler, ObjectDef
 from fusee.runtime.runtime import mail_target
 from fusee.scale.follower import Follower
@@ -919,8 +919,8 @@ class PartedEngine(Engine):
                 sum(h.in_use for h in held if h is not None), sum(h.waiting for h in held if h is not None))
         return out
 
-    def set_limit(self, name: str, *, concurrency: Any = None, per_second: Any = None,
-                  weights: Any = None) -> Limit:
+    def set_limit(self, name: str, *, concurrency: Any = KEEP, per_second: Any = KEEP,
+                  weights: Any = KEEP) -> Limit:
         """Refused on a directory with several parts: each process enforces its parts' shares
         of the limits given at open, so a change must reach every process the same way."""
         raise FuseeError(

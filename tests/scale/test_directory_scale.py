@@ -582,3 +582,31 @@ def test_the_http_api_serves_from_a_follower(tmp_path: Path) -> None:
         asyncio.run(main())
     finally:
         p.communicate("\n", timeout=60)
+
+
+def test_set_limit_is_refused_on_a_follower_and_changes_every_bound_once_it_took_over(tmp_path: Path) -> None:
+    p = _owner(tmp_path)
+    assert p.stdin is not None
+    try:
+        async def main() -> None:
+            limits = [fusee.Limit("svc", concurrency=2, per_second=5)]
+            async with fusee.Engine.open(tmp_path, workflows=[boom, ok], limits=limits) as engine:
+                assert not engine.is_owner
+                with pytest.raises(fusee.FuseeError, match="follower"):
+                    engine.set_limit("svc", concurrency=3)
+                assert p.stdin is not None
+                p.stdin.write("\n")  # the owner closes; this process takes the directory over
+                p.stdin.flush()
+                deadline = time.monotonic() + 60
+                while not engine.is_owner:
+                    assert time.monotonic() < deadline, "the follower did not take over"
+                    await asyncio.sleep(0.02)
+                new = engine.set_limit("svc", per_second=None)  # None lifts the rate bound, as on an owner
+                assert (new.concurrency, new.per_second) == (2, None)
+                assert engine.limits()["svc"].per_second is None
+                assert engine.set_limit("svc", concurrency=3).concurrency == 3
+
+        asyncio.run(main())
+    finally:
+        p.communicate(timeout=60)
+    assert p.returncode == 0
