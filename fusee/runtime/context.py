@@ -272,16 +272,10 @@ def signature_key(fn: Callable[..., Any]) -> Any:
     None for a callable whose signature is declared apart from its code
     (``__wrapped__``, ``__signature__``): those are inspected every time.
     """
-    # The shapes every step passes first (a lambda, a partial of a plain function), without the
-    # attribute misses below: a function with an empty __dict__ has no __wrapped__ or __signature__.
-    tp = type(fn)
-    if tp is FunctionType:
-        if not fn.__dict__:
-            return fn.__code__
-    elif tp is functools.partial:
-        inner = fn.func  # type: ignore[attr-defined]
-        if type(inner) is FunctionType and not inner.__dict__:
-            return ("partial", inner.__code__, len(fn.args), tuple(fn.keywords))  # type: ignore[attr-defined]
+    # A plain function (what a step passes, alone or in a partial) without the attribute misses
+    # below: one whose __dict__ is empty has no __wrapped__ or __signature__.
+    if type(fn) is FunctionType and not fn.__dict__:
+        return fn.__code__
     if isinstance(fn, functools.partial):
         inner = signature_key(fn.func)
         return None if inner is None else ("partial", inner, len(fn.args), tuple(fn.keywords))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import re
 import signal
@@ -11,10 +12,12 @@ import sys
 import textwrap
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import fusee
 from fusee.scale.parts import PartedEngine
+from fusee.storage.partsfile import read_parts
 
 APP = textwrap.dedent("""
     import os
@@ -58,39 +61,49 @@ def _workers(tmp_path: Path, *args: str) -> subprocess.Popen[str]:
                             stderr=subprocess.PIPE, text=True)
 
 
-def test_workers_share_the_parts_restart_a_killed_one_and_stop_on_sigterm(tmp_path: Path) -> None:
-    (tmp_path / "wkapp.py").write_text(APP)
-    sup = _workers(tmp_path, "wkapp:make_engine", "-n", "2")
-    out = _Lines(sup)
+@contextlib.contextmanager
+def _supervised(tmp_path: Path, *args: str) -> Iterator[_Lines]:
+    """A running `fusee workers` and its stderr; stopped with SIGTERM at the end, which must exit 0
+    (killed instead when the body failed)."""
+    sup = _workers(tmp_path, *args)
     try:
-        opened = out.wait(r"worker (\d) \(pid (\d+)\) opened", 2)
-        pids = {int(m[2]) for m in opened}
-        sys.path.insert(0, str(tmp_path))
-        import wkapp  # type: ignore[import-not-found]  # the app's module, from tmp_path
-
-        async def load(first: int) -> set[int]:
-            async with fusee.Engine.open(tmp_path / "data", workflows=[wkapp.double], route_timeout=60) as eng:
-                assert isinstance(eng, PartedEngine)
-                got = await asyncio.gather(*(eng.execute(wkapp.double, f"w{i}", i) for i in range(first, first + 40)))
-                assert [v for v, _ in got] == [2 * i for i in range(first, first + 40)]
-                return {pid for _, pid in got}
-
-        ran = asyncio.run(load(0))
-        assert ran & pids, "the workers ran none of the steps"
-        # A worker killed outright is started again, and the work still goes through.
-        victim = next(iter(pids))
-        os.kill(victim, signal.SIGKILL)
-        out.wait(rf"\(pid {victim}\) exited with code -9: starting it again")
-        out.wait(r"worker \d \(pid (\d+)\) opened", 3)
-        ran = asyncio.run(load(40))
-        assert victim not in ran
+        yield _Lines(sup)
         sup.send_signal(signal.SIGTERM)
         assert sup.wait(timeout=60) == 0
-        assert len(out.wait(r"worker \d \(pid \d+\) closed", 2)) == 2
     finally:
         if sup.poll() is None:
             sup.kill()
             sup.wait()
+
+
+def test_workers_share_the_parts_restart_a_killed_one_and_stop_on_sigterm(tmp_path: Path) -> None:
+    (tmp_path / "wkapp.py").write_text(APP)
+    try:
+        with _supervised(tmp_path, "wkapp:make_engine", "-n", "2") as out:
+            opened = out.wait(r"worker (\d) \(pid (\d+)\) opened", 2)
+            pids = {int(m[2]) for m in opened}
+            sys.path.insert(0, str(tmp_path))
+            import wkapp  # type: ignore[import-not-found]  # the app's module, from tmp_path
+
+            async def load(first: int) -> set[int]:
+                async with fusee.Engine.open(tmp_path / "data", workflows=[wkapp.double], route_timeout=60) as eng:
+                    assert isinstance(eng, PartedEngine)
+                    got = await asyncio.gather(*(eng.execute(wkapp.double, f"w{i}", i)
+                                                 for i in range(first, first + 40)))
+                    assert [v for v, _ in got] == [2 * i for i in range(first, first + 40)]
+                    return {pid for _, pid in got}
+
+            ran = asyncio.run(load(0))
+            assert ran & pids, "the workers ran none of the steps"
+            # A worker killed outright is started again, and the work still goes through.
+            victim = next(iter(pids))
+            os.kill(victim, signal.SIGKILL)
+            out.wait(rf"\(pid {victim}\) exited with code -9: starting it again")
+            out.wait(r"worker \d \(pid (\d+)\) opened", 3)
+            ran = asyncio.run(load(40))
+            assert victim not in ran
+        assert len(out.wait(r"worker \d \(pid \d+\) closed", 2)) == 2
+    finally:
         sys.modules.pop("wkapp", None)
         if str(tmp_path) in sys.path:
             sys.path.remove(str(tmp_path))
@@ -151,30 +164,18 @@ def _run_until_every_worker_ran(tmp_path: Path, module: str, pids: set[int]) -> 
 
 
 def test_workers_create_a_new_directory_with_a_part_per_worker_or_the_parts_given(tmp_path: Path) -> None:
-    from fusee.storage.partsfile import read_parts
-
     for n, extra, want in ((2, (), 2), (2, ("--parts", "3"), 3)):
         d = tmp_path / f"case{want}"
         d.mkdir()
         (d / "wkplain.py").write_text(PLAIN_APP)
-        sup = _workers(d, "wkplain:make_engine", "-n", str(n), *extra)
-        out = _Lines(sup)
-        try:
+        with _supervised(d, "wkplain:make_engine", "-n", str(n), *extra) as out:
             pids = {int(m[2]) for m in out.wait(r"worker (\d) \(pid (\d+)\) opened", n)}
             assert read_parts(str(d / "data")) == want
             _run_until_every_worker_ran(d, "wkplain", pids)
             assert not any("has no parts" in line for line in out.lines)
-            sup.send_signal(signal.SIGTERM)
-            assert sup.wait(timeout=60) == 0
-        finally:
-            if sup.poll() is None:
-                sup.kill()
-                sup.wait()
 
 
 def test_workers_keep_an_existing_plain_directory_and_say_one_worker_runs_every_step(tmp_path: Path) -> None:
-    from fusee.storage.partsfile import read_parts
-
     (tmp_path / "wkplain2.py").write_text(PLAIN_APP)
 
     async def create() -> None:
@@ -182,15 +183,7 @@ def test_workers_keep_an_existing_plain_directory_and_say_one_worker_runs_every_
             pass
 
     asyncio.run(create())
-    sup = _workers(tmp_path, "wkplain2:make_engine", "-n", "2")
-    out = _Lines(sup)
-    try:
+    with _supervised(tmp_path, "wkplain2:make_engine", "-n", "2") as out:
         out.wait(r"worker (\d) \(pid (\d+)\) opened", 2)
         out.wait(r"the engine has no parts")
         assert read_parts(str(tmp_path / "data")) is None
-        sup.send_signal(signal.SIGTERM)
-        assert sup.wait(timeout=60) == 0
-    finally:
-        if sup.poll() is None:
-            sup.kill()
-            sup.wait()
