@@ -8,12 +8,15 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import celery
+from kombu.transport import filesystem
+from kombu.utils.json import dumps
 
 import fusee
 from tests.sync.servers import ROOT, wait_for
@@ -69,9 +72,31 @@ def worker(app: Path, data: Path) -> Iterator[subprocess.Popen[bytes]]:
         proc.wait(timeout=60)
 
 
+class WholeMessageChannel(filesystem.Channel):
+    """kombu's filesystem channel, but each message file appears whole.
+
+    kombu creates a message file under its final name and then writes it, and a worker that
+    lists the folder in between reads an empty file and dies (``Unrecoverable error:
+    JSONDecodeError``, seen on a loaded CI machine). Written under a name the worker skips and
+    renamed into place, a message is either absent or complete.
+    """
+
+    def _put(self, queue: str, payload: object, **kwargs: object) -> None:
+        name = f"{int(time.monotonic() * 1000)}_{uuid.uuid4()}.{queue}.msg"
+        folder = Path(self.data_folder_out)
+        part = folder / f".{name}.part"  # '.'-first: not '<id>.<queue>.msg', so never taken
+        part.write_bytes(dumps(payload).encode())
+        os.replace(part, folder / name)
+
+
+class WholeMessageTransport(filesystem.Transport):
+    Channel = WholeMessageChannel
+
+
 def client(data: Path) -> celery.Celery:
     """A producer configured as tasks.py configures the worker (the same folders)."""
     c = celery.Celery("client", broker="filesystem://", backend=f"file://{data}/results")
+    c.conf.broker_transport = WholeMessageTransport
     queue = str(data / "queue")
     c.conf.broker_transport_options = {"data_folder_in": queue, "data_folder_out": queue,
                                        "control_folder": str(data / "control")}
