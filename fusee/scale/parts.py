@@ -63,6 +63,7 @@ from fusee.errors import (
     OwnerUnreachable,
     ScheduleNotFound,
     ShardCountMismatch,
+    UnknownLimit,
 )
 from fusee.flow import schedules, windows
 from fusee.flow.api import ScheduleInfo, ScheduleList
@@ -81,7 +82,9 @@ from fusee.storage.partsfile import (
     create_parts,
     part_name,
     part_path,
+    read_limits_file,
     read_parts,
+    update_limits_file,
 )
 from fusee.storage.posix import PosixStorage
 
@@ -267,6 +270,12 @@ class DirectoryHome:
     def part_epoch(self, part: int) -> int:
         return read_epoch(PosixStorage(), part_path(self.root, part))
 
+    def read_limits(self) -> bytes | None:
+        return read_limits_file(self.root)
+
+    def update_limits(self, change: Callable[[bytes | None], bytes | None]) -> None:
+        update_limits_file(self.root, change)
+
     def close(self) -> None:
         pass
 
@@ -294,6 +303,33 @@ def check_limits(limits: tuple[Limit, ...], parts: int) -> None:
                 f"would get none and its runs' steps under the limit could never run. Give a "
                 f"concurrency of at least {parts}, or use a directory with fewer parts "
                 "(see docs/scale-out.md#limits-on-parts)")
+
+
+class LimitChanges(msgspec.Struct, frozen=True):
+    """What ``set_limit`` changed on a parted directory (or namespace) while processes have it
+    open: each changed limit's bounds for the whole directory, and a version each change bumps."""
+
+    version: int = 0
+    limits: dict[str, tuple[int | None, float | None, dict[str, int]]] = msgspec.field(default_factory=dict)
+
+    @classmethod
+    def decode(cls, data: bytes | None) -> LimitChanges:
+        if data is None:
+            return cls()
+        try:
+            return msgspec.msgpack.decode(data, type=cls)
+        except (msgspec.DecodeError, msgspec.ValidationError) as e:
+            # Only set_limit writes it, whole (a rename): keep the bounds in force, say so.
+            logger.warning("the limit changes of a parted directory cannot be read (%s): ignored", e)
+            return cls()
+
+    def changed(self, base: Limit) -> Limit:
+        """``base`` (a limit as given at open) with the change made to it, if any."""
+        found = self.limits.get(base.name)
+        if found is None:
+            return base
+        concurrency, per_second, weights = found
+        return Limit(base.name, concurrency, per_second, weights)
 
 
 class PartMail:
@@ -417,6 +453,10 @@ class PartedEngine(Engine):
     _route_address: str | None
     _route_tls: Any
     _options: dict[str, Any]
+    #: The limits as given at open; ``_options["limits"]`` holds them with ``_limit_changes`` made.
+    _declared: tuple[Limit, ...]
+    #: The last limit changes taken from the directory (or namespace): see :meth:`set_limit`.
+    _limit_changes: LimitChanges
     _route_timeout: float
     _floop: asyncio.AbstractEventLoop
     _rebalancer: asyncio.Task[None] | None
@@ -465,6 +505,7 @@ class PartedEngine(Engine):
         key = home.key
         if front_end:
             try:
+                await self._adopt_limits(alone=False)
                 for p in range(count):
                     self._slots.append(await self._open_part(p, False))
             except BaseException:
@@ -479,6 +520,7 @@ class PartedEngine(Engine):
                 live = member.live()
                 if exclusive and len(live) > 1:
                     raise DirectoryLocked(label, None)
+                await self._adopt_limits(alone=len(live) == 1)
                 for p in range(count):
                     self._slots.append(await self._open_part(p, desired_holder(p, live) == member.slot))
             except BaseException:
@@ -491,8 +533,7 @@ class PartedEngine(Engine):
             HELD_HERE.add(key)
             self._on_release.append(lambda: HELD_HERE.discard(key))
         self._all_open.set()
-        if not front_end:
-            self._rebalancer = loop.create_task(self._rebalance())
+        self._rebalancer = loop.create_task(self._rebalance())
         return self
 
     @classmethod
@@ -534,6 +575,8 @@ class PartedEngine(Engine):
         self._on_release = []
         self._telemetry = None
         self._options = options
+        self._declared = tuple(options.get("limits", ()))
+        self._limit_changes = LimitChanges()
         self._route_timeout = route_timeout
         self._floop = asyncio.get_running_loop()
         self._rebalancer = None
@@ -588,11 +631,14 @@ class PartedEngine(Engine):
                                      take_over=self._member is not None)
 
     async def _rebalance(self) -> None:
-        """Hands over, one at a time, the parts this process holds that fall to another member now."""
+        """Takes the limit changes other processes made, and hands over, one at a time, the parts
+        this process holds that fall to another member now."""
         member = self._member
-        assert member is not None, "a read-only view hands nothing over"
         while not self.closed:
             await asyncio.sleep(REBALANCE_EVERY_S)
+            await self._catch_up_limits()
+            if member is None:
+                continue  # a front end holds no part
             try:
                 live = await self._floop.run_in_executor(None, member.live)
             except OSError:
@@ -604,6 +650,50 @@ class PartedEngine(Engine):
                 if slot.is_owner and (lapsed or desired_holder(p, live) != member.slot):
                     await self._hand_over(p)
                     break
+
+    async def _adopt_limits(self, alone: bool) -> None:
+        """Takes the limit changes of the processes that have the directory open; a process alone
+        clears them instead (they ended with the processes that made them)."""
+        home = self._home
+        if alone:
+            await self._floop.run_in_executor(None, home.update_limits, lambda _old: None)
+        else:
+            data = await self._floop.run_in_executor(None, home.read_limits)
+            self._take_limits(LimitChanges.decode(data))
+
+    async def _catch_up_limits(self) -> None:
+        try:
+            data = await self._floop.run_in_executor(None, self._home.read_limits)
+        except Exception as e:  # the store is unreachable for now: the next turn asks again
+            logger.debug("the limit changes of %s cannot be read now: %s", self.root, e)
+            return
+        changes = LimitChanges.decode(data)
+        if changes.version != self._limit_changes.version:
+            self._take_limits(changes)
+        else:
+            self._share_limits(force=False)
+
+    def _take_limits(self, changes: LimitChanges) -> None:
+        self._limit_changes = changes
+        self._options["limits"] = tuple(changes.changed(limit) for limit in self._declared)
+        self._share_limits(force=True)
+
+    def _share_limits(self, force: bool) -> None:
+        """Gives each part held here its share of the limits in force. Without ``force``, only
+        where its bounds differ: a part opened meanwhile (a handover) may have taken older ones."""
+        for p, slot in self._held():
+            try:
+                status = slot.limits()
+                for limit in self._options["limits"]:
+                    share = part_share(limit, p, self.parts)
+                    now = status.get(limit.name)
+                    if not force and now is not None and (now.concurrency, now.per_second) == (
+                            share.concurrency, share.per_second):
+                        continue
+                    slot.set_limit(limit.name, concurrency=share.concurrency, per_second=share.per_second,
+                                   weights=share.weights)
+            except FuseeError as e:  # the part is closing (handed over, or its lease lapsed)
+                logger.debug("part %d keeps its limits for now: %s", p, e)
 
     async def _hand_over(self, part: int) -> None:
         async with self._moving:
@@ -921,13 +1011,43 @@ class PartedEngine(Engine):
 
     def set_limit(self, name: str, *, concurrency: Any = KEEP, per_second: Any = KEEP,
                   weights: Any = KEEP) -> Limit:
-        """Refused on a directory with several parts: each process enforces its parts' shares
-        of the limits given at open, so a change must reach every process the same way."""
-        raise FuseeError(
-            f"set_limit({name!r}) on a directory with several parts: each part enforces its share of "
-            "the limits every process was opened with, and a change made in one process would not "
-            "reach the others. Reopen the processes with the new limits= "
-            "(see docs/scale-out.md#limits-on-parts)")
+        """Changes a limit's bounds for the whole directory (what is not given stays) and returns
+        the new :class:`fusee.Limit`; each part enforces its share of it (:func:`part_share`).
+
+        The change is stored with the directory's members (or the namespace's), so it reaches
+        every process that has the directory open: the parts held here take it before this
+        returns, the other processes' parts within about 0.2 s, and a process that opens while
+        one is still open takes it too. Until then another process's parts keep their old
+        shares (as a smaller ``concurrency`` takes no permit back). Not durable beyond the
+        processes: once every one has closed, the next open takes the ``limits=`` it is given.
+        Raises :class:`fusee.UnknownLimit` for a name the engine was not opened with, and
+        ``ValueError`` for a ``concurrency`` below the part count (a part would get no share).
+        """
+        self._check_open()
+        if self._read_only:
+            raise FuseeError("set_limit on a read-only view: it runs no step; call it in a process "
+                             "that opened the directory without read_only=True")
+        declared = {limit.name: limit for limit in self._declared}
+        if name not in declared:
+            raise UnknownLimit(f"set_limit: no limit named {name!r}; declare it with Engine.open(..., "
+                               "limits=[fusee.Limit(name, ...)]) in every process", name=name)
+        made: builtins.list[LimitChanges] = []
+
+        def change(data: bytes | None) -> bytes:
+            old = LimitChanges.decode(data)
+            now = old.changed(declared[name])
+            new = Limit(name, now.concurrency if concurrency is KEEP else concurrency,
+                        now.per_second if per_second is KEEP else per_second,
+                        now.weights if weights is KEEP else weights)
+            check_limits((new,), self.parts)
+            made.append(LimitChanges(old.version + 1, {
+                **old.limits, name: (new.concurrency, new.per_second, dict(new.weights))}))
+            return msgspec.msgpack.encode(made[-1])
+
+        # Synchronous, as Engine.set_limit is: a lock and a small file (or one transaction).
+        self._home.update_limits(change)
+        self._take_limits(made[-1])
+        return made[-1].changed(declared[name])
 
     def stuck(self) -> dict[str, str]:
         self._check_open()

@@ -56,6 +56,7 @@ class PostgresHome:
         self._epochs: dict[int, tuple[float, int]] = {}
         self._mutex = threading.Lock()
         self._conn: Any = None
+        self._limits_table = False
 
     def _query(self, sql: str, args: tuple[Any, ...] = ()) -> Any:
         with self._mutex:
@@ -135,6 +136,38 @@ class PostgresHome:
             epoch = int(rows[0][0]) if rows else 0
         self._epochs[part] = (now, epoch)
         return epoch
+
+    def read_limits(self) -> bytes | None:
+        """The limit changes ``set_limit`` stored (``"ns".limits``; None: none made)."""
+        if not self._limits_table:
+            found = self._query("SELECT to_regclass(%s)", (f'"{self.namespace}".limits',))
+            if not found or found[0][0] is None:
+                return None
+            self._limits_table = True
+        rows = self._query(f"SELECT body FROM {table(self.namespace, 'limits')} WHERE id")
+        return bytes(rows[0][0]) if rows else None
+
+    def update_limits(self, change: Callable[[bytes | None], bytes | None]) -> None:
+        """Replaces the stored limit changes with ``change(them)`` (None deletes them), in one
+        transaction that writers of this namespace take turns on."""
+        ns = f'"{self.namespace}"'
+        with self._mutex:
+            if self._conn is None or self._conn.closed or self._conn.broken:
+                self._conn = connect(self.dsn, "parts")
+            conn = self._conn
+            with conn.transaction():
+                conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"fusee:{self.namespace}:limits",))
+                conn.execute(f"""CREATE TABLE IF NOT EXISTS {ns}.limits (
+                                     id boolean PRIMARY KEY DEFAULT true CHECK (id),
+                                     body bytea NOT NULL)""")
+                row = conn.execute(f"SELECT body FROM {ns}.limits WHERE id").fetchone()
+                new = change(None if row is None else bytes(row[0]))
+                if new is None:
+                    conn.execute(f"DELETE FROM {ns}.limits")
+                else:
+                    conn.execute(f"INSERT INTO {ns}.limits (id, body) VALUES (true, %s) "
+                                 "ON CONFLICT (id) DO UPDATE SET body = excluded.body", (new,))
+        self._limits_table = True
 
     def close(self) -> None:
         with self._mutex:

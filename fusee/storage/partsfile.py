@@ -2,6 +2,7 @@
 
     <dir>/parts          {"format": 1, "parts": N}, written once at creation
     <dir>/members/NNN    one slot per open process (fusee.scale.parts)
+    <dir>/members/limits the limit changes ``set_limit`` made while processes have it open
     <dir>/part-NNN/      one engine directory per part
 
 Here, below the engine, so that what reads or rebuilds a parted directory
@@ -11,14 +12,18 @@ without running it (a backup's restore) knows the layout the parts layer
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+from collections.abc import Callable
 
 from fusee.errors import NotAnEngineDirectory
 
 #: ``<dir>/parts``: the part count, fixed when the directory is created.
 PARTS_FILE = "parts"
 MEMBERS_DIR = "members"
+#: ``<dir>/members/limits``: beside the member slots, since a change lasts only while members live.
+LIMITS_FILE = "limits"
 #: The most parts a directory may have.
 MAX_PARTS = 256
 
@@ -99,3 +104,58 @@ def create_parts(root: str, parts: int) -> int:
     n = read_parts(root)
     assert n is not None
     return n
+
+
+def _members_dir(root: str) -> int:
+    os.makedirs(f"{root}/{MEMBERS_DIR}", exist_ok=True)
+    return os.open(f"{root}/{MEMBERS_DIR}", os.O_RDONLY | os.O_DIRECTORY)
+
+
+def _read_at(dir_fd: int, name: str) -> bytes | None:
+    try:
+        fd = os.open(name, os.O_RDONLY, dir_fd=dir_fd)
+    except FileNotFoundError:
+        return None
+    with os.fdopen(fd, "rb") as f:
+        return f.read()
+
+
+def read_limits_file(root: str) -> bytes | None:
+    """The limit changes file's bytes (None: no change made, or not a parted directory)."""
+    try:
+        dir_fd = os.open(f"{root}/{MEMBERS_DIR}", os.O_RDONLY | os.O_DIRECTORY)
+    except FileNotFoundError:
+        return None
+    try:
+        return _read_at(dir_fd, LIMITS_FILE)
+    finally:
+        os.close(dir_fd)
+
+
+def update_limits_file(root: str, change: Callable[[bytes | None], bytes | None]) -> None:
+    """Replaces the limit changes file with ``change(its bytes)`` (None removes it).
+
+    Writers take turns on a lock file; readers see the old file or the new one whole (a rename),
+    never a half-written one. Not fsynced: the changes end with the processes, so a power cut,
+    which ends them all, needs none of it."""
+    dir_fd = _members_dir(root)
+    try:
+        lock = os.open(f"{LIMITS_FILE}.lock", os.O_RDWR | os.O_CREAT, 0o600, dir_fd=dir_fd)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            new = change(_read_at(dir_fd, LIMITS_FILE))
+            if new is None:
+                try:
+                    os.unlink(LIMITS_FILE, dir_fd=dir_fd)
+                except FileNotFoundError:
+                    pass
+                return
+            tmp = f"{LIMITS_FILE}.tmp"
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600, dir_fd=dir_fd)
+            with os.fdopen(fd, "wb") as f:
+                f.write(new)
+            os.replace(tmp, LIMITS_FILE, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        finally:
+            os.close(lock)
+    finally:
+        os.close(dir_fd)

@@ -17,6 +17,7 @@ from fusee.scale.parts import PartedEngine, part_of
 from fusee.scale.pg_parts import PostgresHome
 from tests.helpers import finish, ledger
 from tests.scale.test_directory_scale import spawn
+from tests.scale.test_part_limits import set_limit_across_processes
 from tests.scale.test_parts import KIDS, kid, parent, sink
 from tests.storage.postgres.test_pg_engine import rows
 
@@ -274,6 +275,11 @@ def test_a_front_end_on_a_namespace_holds_no_part_and_routes_every_call(pg_dsn: 
     finally:
         if holder.poll() is None:
             holder.kill()
+
+
+def test_set_limit_on_a_namespace_reaches_every_engine(pg_dsn: str, tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    set_limit_across_processes(pg_dsn, {"namespace": "shop"}, tmp_path, monkeypatch)
 
 
 def test_a_namespace_with_parts_reads_offline_beside_a_live_holder(
